@@ -1,0 +1,34 @@
+"""nbody_dask: direct-summation gravitational N-body simulation on Dask.
+
+Bodies are split into tiles; one step is a blocked interaction task graph of Numba tile-pair
+kernels and a fixed-order tree reduction, advanced with leapfrog (kick-drift-kick). It runs
+on any dask-distributed cluster and writes trajectories as Zarr v3, opened with xarray.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("nbody-dask")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0+unknown"
+
+from . import config  # noqa: E402  (loads the nbody defaults into dask.config)
+from .bodies import as_bodies, make_bodies  # noqa: E402
+from .initial_conditions import kepler, plummer, uniform_cube  # noqa: E402
+from .simulation import accelerations, potential_energy, simulate  # noqa: E402
+from .storage import open_trajectory  # noqa: E402
+
+__all__ = [
+    "__version__",
+    "simulate",
+    "accelerations",
+    "potential_energy",
+    "open_trajectory",
+    "make_bodies",
+    "as_bodies",
+    "plummer",
+    "uniform_cube",
+    "kepler",
+]

@@ -1,0 +1,236 @@
+"""The trajectory store: Zarr v3, laid out up front, written region by region from the workers.
+
+Layout (xarray over Zarr v3, readable with ``xr.open_zarr(path)``)::
+
+    dims         time, body, axis (= "x", "y", "z")
+    coords       time(time)  simulation time      step(time)  step number
+                 body(body)  body id              axis(axis)
+    variables    position(time, body, axis)   velocity(time, body, axis)   mass(body)
+                 kinetic_energy(time)  potential_energy(time)  total_energy(time)
+                 momentum(time, axis)  angular_momentum(time, axis)
+    attributes   G, softening, dt, integrator, dtype, units, nbody_dask_version,
+                 snapshot_every, tile_size, config (the full run configuration, JSON)
+    group nbody  attribute "committed": number of snapshots fully written
+
+Every array is created at its final size when the run starts, so metadata never changes while
+the run goes on (and the consolidated metadata written at creation stays true). ``position``
+and ``velocity`` are chunked as one snapshot by one tile: each worker task writes whole chunks
+of its own, the only safe way for several processes to write one Zarr array. Diagnostics are
+written by the driver, which then advances the commit marker; readers trust only committed
+snapshots. The marker lives in its own child group because ``to_zarr`` replaces the root
+attributes.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import xarray as xr
+import zarr
+
+from .bodies import AXES, Tile
+
+__all__ = ["check_store_path", "create_store", "write_tile", "SnapshotCommitter",
+           "committed_snapshots", "open_trajectory"]
+
+_MARKER_GROUP = "nbody"
+_VECTORS = ("momentum", "angular_momentum")
+_SCALARS = ("kinetic_energy", "potential_energy", "total_energy")
+TIME_UNITS = "N-body time units (G = 1 unless the G attribute says otherwise)"
+
+
+def check_store_path(store: Any, overwrite: bool) -> Path:
+    """Validate an output location before any work starts.
+
+    Raises
+    ------
+    TypeError
+        If ``store`` is not a path.
+    FileExistsError
+        If something exists at ``store`` and ``overwrite`` is False.
+    ValueError
+        If ``overwrite`` is True but ``store`` is not a Zarr store (refuse to delete it).
+    """
+    if not isinstance(store, (str, os.PathLike)):
+        raise TypeError(f"store must be a path (str or os.PathLike), got {type(store).__name__}")
+    path = Path(store)
+    if path.exists():
+        if not overwrite:
+            raise FileExistsError(
+                f"store {str(path)!r} already exists; pass overwrite=True to replace it "
+                "(its contents will be lost)"
+            )
+        if not (path / "zarr.json").exists():
+            raise ValueError(
+                f"store {str(path)!r} exists and is not a Zarr store; refusing to delete it "
+                "even with overwrite=True"
+            )
+    return path
+
+
+def create_store(
+    path: Path,
+    bodies: xr.Dataset,
+    *,
+    snapshot_steps: list[int],
+    t0: float,
+    dt: float,
+    dtype: type[np.floating],
+    tile_size: int,
+    attrs: dict[str, Any],
+) -> None:
+    """Lay out an empty trajectory store for ``len(snapshot_steps)`` snapshots.
+
+    Replaces whatever is at ``path`` (callers check with :func:`check_store_path` first).
+    """
+    if path.exists():
+        shutil.rmtree(path)
+    n = bodies.sizes["body"]
+    n_snap = len(snapshot_steps)
+    steps = np.asarray(snapshot_steps, dtype=np.int64)
+    state_chunks = (1, min(tile_size, n), 3)
+    diag_chunk = min(n_snap, 4096)
+
+    def lazy(shape, chunks, fill_dtype):
+        return da.full(shape, np.nan, chunks=chunks, dtype=fill_dtype)
+
+    ds = xr.Dataset(
+        {
+            "position": (("time", "body", "axis"), lazy((n_snap, n, 3), state_chunks, dtype)),
+            "velocity": (("time", "body", "axis"), lazy((n_snap, n, 3), state_chunks, dtype)),
+            "mass": ("body", bodies["mass"].values.astype(dtype)),
+            **{k: ("time", lazy((n_snap,), (diag_chunk,), np.float64)) for k in _SCALARS},
+            **{k: (("time", "axis"), lazy((n_snap, 3), (diag_chunk, 3), np.float64))
+               for k in _VECTORS},
+        },
+        coords={
+            "time": ("time", t0 + steps * dt, {"units": TIME_UNITS, "long_name": "time"}),
+            "step": ("time", steps, {"long_name": "step number"}),
+            "body": ("body", bodies["body"].values, {"long_name": "body id"}),
+            "axis": ("axis", np.array(AXES, dtype=object)),
+        },
+        attrs=attrs,
+    )
+    ds["position"].attrs["long_name"] = "position"
+    ds["velocity"].attrs["long_name"] = "velocity"
+    ds["total_energy"].attrs["long_name"] = "kinetic + potential energy"
+    encoding = {name: {"chunks": state_chunks} for name in ("position", "velocity")}
+    encoding.update({name: {"chunks": (diag_chunk,)} for name in _SCALARS})
+    encoding.update({name: {"chunks": (diag_chunk, 3)} for name in _VECTORS})
+    ds.to_zarr(path, mode="w-", compute=False, zarr_format=3, consolidated=False,
+               encoding=encoding)
+    root = zarr.open_group(path, mode="r+", use_consolidated=False)
+    root.create_group(_MARKER_GROUP, attributes={"committed": 0, "snapshots": n_snap})
+    with warnings.catch_warnings():
+        # Zarr notes that consolidated metadata is not yet in the v3 spec; xarray reads it
+        # (and warns without it), so we write it once: no metadata changes after this.
+        warnings.filterwarnings("ignore", "Consolidated metadata", zarr.errors.ZarrUserWarning)
+        zarr.consolidate_metadata(path)
+
+
+@functools.lru_cache(maxsize=32)
+def _open_array(path: str, name: str) -> zarr.Array:
+    """An array of a store, opened once per process (metadata never changes during a run)."""
+    return zarr.open_array(store=path, path=name, mode="r+")
+
+
+def write_tile(path: str, index: int, tile: Tile) -> int:
+    """Write one tile's positions and velocities into snapshot ``index`` (runs on a worker).
+
+    The region is whole chunks owned by this tile alone. Returns the number of bodies written.
+    """
+    lo, hi = tile.start, tile.start + tile.size
+    _open_array(path, "position")[index, lo:hi, :] = tile.position.T
+    _open_array(path, "velocity")[index, lo:hi, :] = tile.velocity.T
+    return tile.size
+
+
+class SnapshotCommitter:
+    """The driver's side of the commit protocol: diagnostics, then the commit marker.
+
+    Snapshots must be added in order, after all their regions are written. Records are
+    buffered and flushed together (every ``interval`` seconds, and on :meth:`flush`), so the
+    cost per snapshot stays small for runs with many snapshots; the marker only ever counts
+    snapshots whose diagnostics are on disk too.
+    """
+
+    def __init__(self, path: Path, interval: float = 1.0) -> None:
+        self._root = zarr.open_group(path, mode="r+", use_consolidated=False)
+        self._arrays = {name: self._root[name] for name in _SCALARS + _VECTORS}
+        self._marker = self._root[_MARKER_GROUP]
+        self._committed = int(self._marker.attrs["committed"])
+        self._buffer: list[dict[str, Any]] = []
+        self._interval = interval
+        self._last_flush = time.monotonic()
+
+    def add(self, index: int, record: dict[str, Any]) -> None:
+        """Queue snapshot ``index``'s diagnostics; flush if the interval has passed."""
+        expected = self._committed + len(self._buffer)
+        if index != expected:
+            raise RuntimeError(f"snapshot {index} committed out of order (expected {expected})")
+        self._buffer.append(record)
+        if time.monotonic() - self._last_flush >= self._interval:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the queued diagnostics, then advance the commit marker past them."""
+        if not self._buffer:
+            return
+        lo, hi = self._committed, self._committed + len(self._buffer)
+        for name, array in self._arrays.items():
+            array[lo:hi] = np.array([rec[name] for rec in self._buffer])
+        self._marker.attrs["committed"] = hi
+        self._committed = hi
+        self._buffer.clear()
+        self._last_flush = time.monotonic()
+
+
+def committed_snapshots(path: str | os.PathLike) -> int:
+    """Number of snapshots fully written to the store at ``path``."""
+    try:
+        marker = zarr.open_group(path, mode="r", use_consolidated=False)[_MARKER_GROUP]
+    except (FileNotFoundError, KeyError):
+        raise ValueError(f"{str(path)!r} is not an nbody_dask trajectory store") from None
+    return int(marker.attrs["committed"])
+
+
+def open_trajectory(path: str | os.PathLike) -> xr.Dataset:
+    """Open a trajectory store lazily, showing only committed snapshots.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A store written by :func:`nbody_dask.simulate`.
+
+    Returns
+    -------
+    xarray.Dataset
+        Dask-backed; ``position(time, body, axis)``, ``velocity``, ``mass(body)`` and the
+        diagnostics. The run configuration is in ``attrs["config"]`` (JSON).
+
+    Raises
+    ------
+    FileNotFoundError
+        If nothing exists at ``path``.
+    ValueError
+        If ``path`` is not an nbody_dask store.
+    """
+    if not Path(path).exists():
+        raise FileNotFoundError(f"no trajectory store at {str(path)!r}")
+    committed = committed_snapshots(path)
+    ds = xr.open_zarr(path)
+    return ds.isel(time=slice(0, committed))
+
+
+def run_config(ds: xr.Dataset) -> dict[str, Any]:
+    """The run configuration stored in a trajectory's attributes."""
+    return json.loads(ds.attrs["config"])
