@@ -186,11 +186,11 @@ def _check_values(pos: np.ndarray, vel: np.ndarray, m: np.ndarray) -> None:
             where = np.argwhere(bad)[0]
             raise ValueError(
                 f"{name} has {int(bad.sum())} non-finite value(s); first at index "
-                f"{tuple(int(i) for i in where)}: {arr[tuple(where)]!r}"
+                f"{tuple(int(i) for i in where)}: {float(arr[tuple(where)])!r}"
             )
     if (m < 0).any():
         i = int(np.argmax(m < 0))
-        raise ValueError(f"mass must be >= 0; body {i} has mass {m[i]!r}")
+        raise ValueError(f"mass must be >= 0; body {i} has mass {float(m[i])!r}")
     total = float(m.sum())
     if not total > 0:
         raise ValueError(f"total mass must be > 0, got {total!r}")

@@ -165,7 +165,7 @@ def simulate(
             tiles = c.scatter(split_tiles(ds, tile, ftype))
             _run(c, tiles, plan, cfg, path, show_progress)
         traj = open_trajectory(path)
-        return traj.load() if temporary else traj
+        return traj.load(scheduler="synchronous") if temporary else traj
 
 
 def _run(c: Client, tiles: list[Future], plan: StepPlan, cfg: RunConfig, path: Path,

@@ -1,0 +1,82 @@
+"""Shape and determinism of the step graph, and the fused path's equivalence to it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from dask.core import get_dependencies
+
+import nbody_dask
+from nbody_dask.bodies import split_tiles, tile_bounds
+from nbody_dask.graph import (StepPlan, eager, fused_steps, initial_graph, snapshot_graph,
+                              step_graph)
+
+
+def _tiles(n, tile_size):
+    return split_tiles(nbody_dask.plummer(n, seed=1), tile_size, np.float64)
+
+
+def _graph_of(delayed_list):
+    return {k: v for d in delayed_list for k, v in dict(d.__dask_graph__()).items()}
+
+
+@pytest.mark.parametrize(("n_tiles", "split_every", "combines"),
+                         [(1, 8, 0), (5, 8, 0), (9, 8, 9 * 2), (9, 3, 9 * 3)])
+def test_step_graph_shape(n_tiles, split_every, combines):
+    tiles = _tiles(10 * n_tiles, 10)
+    plan = StepPlan("tok", 0.01, 0.0, split_every=split_every)
+    start = initial_graph(tiles, plan, call=eager)
+    graph = _graph_of(step_graph(start, plan, 1, with_potential=False))
+    names = [k.split("-")[1] for k in graph if isinstance(k, str) and k.startswith("nbody-")]
+    assert names.count("drift") == n_tiles
+    assert names.count("pair") == n_tiles**2
+    assert names.count("kick") == n_tiles
+    assert sum(n.startswith("combine") for n in names) == combines
+    # no task gathers more than split_every partials, plus its own tile
+    for key in graph:
+        if isinstance(key, str) and key.startswith("nbody-"):
+            assert len(get_dependencies(graph, key)) <= split_every + 1
+
+
+def test_keys_are_deterministic():
+    tiles = _tiles(40, 10)
+    plan = StepPlan("tok", 0.01, 0.0)
+    a = [d.key for d in step_graph(tiles, plan, 3, True)]
+    b = [d.key for d in step_graph(tiles, plan, 3, True)]
+    assert a == b == [f"nbody-kick-tok-3-{i}" for i in range(4)]
+
+
+def test_tiles_cover_every_body_once():
+    for n, size in [(1, 1), (17, 4), (4099, 1024), (1000, 1000), (5, 7)]:
+        bounds = tile_bounds(n, size)
+        covered = np.concatenate([np.arange(lo, hi) for lo, hi in bounds])
+        np.testing.assert_array_equal(covered, np.arange(n))
+        assert all(hi - lo == size for lo, hi in bounds[:-1])
+
+
+def test_fused_steps_equal_the_task_graph(client):
+    """The fused one-tile path performs exactly the operations of the task graph."""
+    (tile,) = _tiles(50, 50)
+    plan = StepPlan("fused", 1 / 64, 0.05)
+    (start,) = initial_graph([tile], plan, call=eager)
+    potential_steps = frozenset({5, 12})
+    fused = fused_steps(start, plan, 1, 12, potential_steps)
+    graph = [start]
+    for step in range(1, 13):
+        graph = step_graph(graph, plan, step, step in potential_steps)
+    (as_tasks,) = client.compute(graph, optimize_graph=False)
+    as_tasks = as_tasks.result()
+    for name in ("position", "velocity", "acceleration", "potential"):
+        np.testing.assert_array_equal(getattr(fused, name), getattr(as_tasks, name))
+
+
+def test_snapshot_graph_reduces_diagnostics(client):
+    tiles = _tiles(30, 7)
+    plan = StepPlan("diag", 0.01, 0.1, split_every=2)
+    forced = initial_graph(tiles, plan, call=eager)
+    vector = client.compute(snapshot_graph(forced, plan, 0, None, 0)).result()
+    assert vector.shape == (8,)
+    mass = np.concatenate([t.mass for t in tiles])
+    vel = np.concatenate([t.velocity for t in tiles], axis=1)
+    assert vector[0] == pytest.approx(0.5 * np.sum(mass * (vel**2).sum(0)), rel=1e-14)
+    np.testing.assert_allclose(vector[2:5], vel @ mass, atol=1e-16)

@@ -1,0 +1,114 @@
+"""Bad input gets a clear error naming the parameter and value, before any work starts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nbody_dask
+from nbody_dask import clusters
+
+
+@pytest.fixture
+def no_cluster(monkeypatch):
+    """Fail loudly if simulate() gets as far as starting a cluster."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a cluster was started before the input was validated")
+    monkeypatch.setattr(clusters, "local", refuse)
+
+
+def _good():
+    return nbody_dask.uniform_cube(8, seed=0)
+
+
+def _with(var, index, value):
+    ds = _good().copy(deep=True)
+    ds[var].values[index] = value
+    return ds
+
+
+def _mapping(**overrides):
+    ds = _good()
+    base = {"position": ds.position.values, "velocity": ds.velocity.values,
+            "mass": ds.mass.values}
+    base.update(overrides)
+    return base
+
+
+BAD_BODIES = [
+    (_with("position", (3, 1), np.nan), ValueError, r"position has 1 non-finite.*\(3, 1\).*nan"),
+    (_with("position", (0, 0), np.inf), ValueError, r"position has 1 non-finite.*inf"),
+    (_with("velocity", (2, 2), -np.inf), ValueError, r"velocity has 1 non-finite"),
+    (_with("mass", 4, -1.0), ValueError, r"mass must be >= 0; body 4 has mass -1\.0"),
+    (_with("mass", slice(None), 0.0), ValueError, r"total mass must be > 0, got 0\.0"),
+    (_mapping(velocity=np.zeros((7, 3))), ValueError,
+     r"velocity has shape \(7, 3\) but position has shape \(8, 3\)"),
+    (_mapping(mass=np.ones(9)), ValueError, r"mass must have shape \(8,\).*got \(9,\)"),
+    (_mapping(position=np.zeros((8, 2))), ValueError, r"position must have shape \(n, 3\)"),
+    (_mapping(position=np.zeros((0, 3)), velocity=np.zeros((0, 3)), mass=np.zeros(0)),
+     ValueError, "at least one body"),
+    (_mapping(mass=np.array(["a"] * 8)), TypeError, "mass must hold real numbers"),
+    ({"position": np.zeros((2, 3))}, ValueError, r"missing key\(s\) \['velocity', 'mass'\]"),
+    (np.zeros((8, 3)), TypeError, "bodies must be an xarray.Dataset"),
+]
+
+
+@pytest.mark.parametrize(("bodies", "error", "match"), BAD_BODIES)
+def test_bad_bodies(no_cluster, store, bodies, error, match):
+    with pytest.raises(error, match=match):
+        nbody_dask.simulate(bodies, steps=1, dt=0.1, store=store, progress=False)
+    assert not store.exists()
+
+
+BAD_PARAMETERS = [
+    (dict(steps=-1), ValueError, r"steps must be >= 0, got -1"),
+    (dict(steps=2.5), TypeError, r"steps must be an integer, got 2\.5"),
+    (dict(steps=True), TypeError, r"steps must be an integer, got True"),
+    (dict(dt=0.0), ValueError, r"dt must be > 0, got 0\.0"),
+    (dict(dt=-0.1), ValueError, r"dt must be > 0, got -0\.1"),
+    (dict(dt=float("nan")), ValueError, r"dt must be finite, got nan"),
+    (dict(dt=float("inf")), ValueError, r"dt must be finite, got inf"),
+    (dict(dt="0.1"), TypeError, r"dt must be a real number, got '0\.1'"),
+    (dict(softening=-0.01), ValueError, r"softening must be >= 0, got -0\.01"),
+    (dict(softening=float("nan")), ValueError, r"softening must be finite"),
+    (dict(dtype="float16"), ValueError, r"dtype must be 'float32' or 'float64', got 'float16'"),
+    (dict(dtype="banana"), ValueError, r"dtype must be .*got 'banana'"),
+    (dict(dtype=np.int32), ValueError, r"dtype must be 'float32' or 'float64'"),
+    (dict(tile_size=0), ValueError, r"tile_size must be >= 1, got 0"),
+    (dict(tile_size=-5), ValueError, r"tile_size must be >= 1, got -5"),
+    (dict(tile_size=1.5), TypeError, r"tile_size must be an integer"),
+    (dict(snapshot_every=0), ValueError, r"snapshot_every must be >= 1, got 0"),
+    (dict(split_every=1), ValueError, r"split_every must be >= 2, got 1"),
+    (dict(G=0.0), ValueError, r"G must be > 0, got 0\.0"),
+    (dict(overwrite="yes"), TypeError, r"overwrite must be True or False"),
+    (dict(store=42), TypeError, r"store must be a path"),
+    (dict(client="tcp://nowhere:1"), TypeError, r"client must be a distributed.Client"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), BAD_PARAMETERS)
+def test_bad_parameters(no_cluster, store, kwargs, error, match):
+    args = dict(steps=1, dt=0.1, store=store, progress=False)
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        nbody_dask.simulate(_good(), **args)
+    assert not store.exists()
+
+
+def test_bad_input_to_one_shot_apis(no_cluster):
+    with pytest.raises(ValueError, match="softening must be >= 0"):
+        nbody_dask.accelerations(_good(), -1.0)
+    with pytest.raises(ValueError, match="non-finite"):
+        nbody_dask.potential_energy(_with("position", (0, 0), np.nan))
+
+
+@pytest.mark.parametrize(("call", "match"), [
+    (lambda: nbody_dask.plummer(0), r"n must be >= 1, got 0"),
+    (lambda: nbody_dask.uniform_cube(-3), r"n must be >= 1, got -3"),
+    (lambda: nbody_dask.kepler(1.0), r"eccentricity must be < 1"),
+    (lambda: nbody_dask.kepler(-0.1), r"eccentricity must be >= 0"),
+    (lambda: nbody_dask.kepler(0.1, masses=(1.0, 0.0)), r"masses\[1\] must be > 0"),
+])
+def test_bad_initial_condition_parameters(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
