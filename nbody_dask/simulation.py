@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import sys
 import tempfile
 import time
+import uuid
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -85,6 +87,7 @@ def simulate(
     client: Client | None = None,
     overwrite: bool = False,
     progress: bool | None = None,
+    callback: Callable[[int, dict | None], None] | None = None,
 ) -> xr.Dataset:
     """Integrate an N-body system with leapfrog (kick-drift-kick) on a Dask cluster.
 
@@ -124,6 +127,12 @@ def simulate(
         Replace an existing store. Without it an existing store is an error.
     progress : bool, optional
         Show a progress bar; ``nbody.progress`` by default.
+    callback : callable, optional
+        Called in the driver as ``callback(step, record)`` each time a submission of steps
+        completes, in order: ``record`` is the snapshot's diagnostics (a dict with
+        ``kinetic_energy``, ``potential_energy``, ``total_energy``, ``momentum``,
+        ``angular_momentum``) once all of a snapshot's regions are written (the commit marker
+        follows within a second), None for submissions that end between snapshots.
 
     Returns
     -------
@@ -153,23 +162,27 @@ def simulate(
     if not isinstance(overwrite, bool):
         raise TypeError(f"overwrite must be True or False, got {overwrite!r}")
     show_progress = bool(config.get("progress", progress))
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be callable, got {callback!r}")
     with _output_path(store, overwrite) as (path, temporary):
         with client_context(client) as c:
+            if client is None and show_progress:
+                print(f"Dask dashboard: {c.dashboard_link}", file=sys.stderr)
             ftype = resolve_dtype(cfg.dtype)
             tile = cfg.tile_size or auto_tile_size(ds.sizes["body"], total_threads(c))
             attrs = _store_attrs(cfg, tile, ds)
             create_store(path, ds, snapshot_steps=cfg.snapshot_steps(), t0=t0, dt=cfg.dt,
                          dtype=ftype, tile_size=tile, attrs=attrs)
-            token = tokenize(ds, asdict(cfg), tile, str(path.resolve()), t0)
+            token = _run_token(ds, cfg, tile, str(path.resolve()), t0)
             plan = StepPlan(token, cfg.dt, cfg.softening, cfg.G, cfg.split_every)
-            tiles = c.scatter(split_tiles(ds, tile, ftype))
-            _run(c, tiles, plan, cfg, path, show_progress)
+            tiles = c.scatter(split_tiles(ds, tile, ftype), hash=False)
+            _run(c, tiles, ds.sizes["body"], plan, cfg, path, show_progress, callback)
         traj = open_trajectory(path)
         return traj.load(scheduler="synchronous") if temporary else traj
 
 
-def _run(c: Client, tiles: list[Future], plan: StepPlan, cfg: RunConfig, path: Path,
-         show_progress: bool) -> None:
+def _run(c: Client, tiles: list[Future], n: int, plan: StepPlan, cfg: RunConfig, path: Path,
+         show_progress: bool, callback: Callable | None) -> None:
     """The step loop: submit graphs ahead, commit snapshots in order."""
     snapshot_steps = cfg.snapshot_steps()
     snapshot_index = {step: k for k, step in enumerate(snapshot_steps)}
@@ -177,7 +190,6 @@ def _run(c: Client, tiles: list[Future], plan: StepPlan, cfg: RunConfig, path: P
     n_tiles = len(tiles)
     fused = n_tiles == 1
     if fused:  # one task per submission: bound its length to ~1e9 interactions
-        n = c.submit(lambda t: t.size, tiles[0]).result()
         max_steps = max(1, int(1e9 // max(n * n, 1)))
     else:
         max_steps = max(1, config.get("tasks-per-submit") // (n_tiles**2 + 3 * n_tiles))
@@ -198,11 +210,13 @@ def _run(c: Client, tiles: list[Future], plan: StepPlan, cfg: RunConfig, path: P
             for f in futures:
                 if f.status == "error":
                     f.result()  # re-raises the task's exception here, in the driver
-            report(step, None)
-            return
-        record = as_record(futures.result())
-        committer.add(index, record)
+            record = None
+        else:
+            record = as_record(futures.result())
+            committer.add(index, record)
         report(step, record)
+        if callback is not None:
+            callback(step, record)
 
     with _progress(show_progress, cfg.steps) as report:
         state = c.compute(initial_graph(tiles, plan), optimize_graph=False)
@@ -282,6 +296,16 @@ def _output_path(store: Any, overwrite: bool):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _run_token(*inputs: Any) -> str:
+    """Key token of one run: its inputs plus a nonce.
+
+    Keys stay deterministic within a run (``nbody-<stage>-<token>-<step>-<i>``); the nonce
+    keeps two identical runs on one client from sharing keys, since a key released by one
+    run and resubmitted at once by the next can be cancelled in flight.
+    """
+    return tokenize(*inputs, uuid.uuid4().hex)
+
+
 def _start_time(bodies: Any) -> float:
     if isinstance(bodies, xr.Dataset) and "time" in bodies.coords and bodies["time"].ndim == 0:
         return check_real("bodies.time", bodies["time"].item())
@@ -310,9 +334,9 @@ def _one_shot(bodies, softening, G, dtype, tile_size, client, with_potential):
     ds = as_bodies(bodies)
     with client_context(client) as c:
         tile = cfg.tile_size or auto_tile_size(ds.sizes["body"], total_threads(c))
-        plan = StepPlan(tokenize(ds, asdict(cfg), tile), 1.0, cfg.softening, cfg.G,
+        plan = StepPlan(_run_token(ds, cfg, tile), 1.0, cfg.softening, cfg.G,
                         cfg.split_every)
-        tiles = c.scatter(split_tiles(ds, tile, resolve_dtype(cfg.dtype)))
+        tiles = c.scatter(split_tiles(ds, tile, resolve_dtype(cfg.dtype)), hash=False)
         forced = initial_graph(tiles, plan, with_potential)
         if with_potential:
             return c.compute(snapshot_graph(forced, plan, 0, None, 0),

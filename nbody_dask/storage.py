@@ -66,8 +66,8 @@ def check_store_path(store: Any, overwrite: bool) -> Path:
     if path.exists():
         if not overwrite:
             raise FileExistsError(
-                f"store {str(path)!r} already exists; pass overwrite=True to replace it "
-                "(its contents will be lost)"
+                f"store {str(path)!r} already exists; pass overwrite=True (on the command "
+                "line: --overwrite) to replace it; its contents will be lost"
             )
         if not (path / "zarr.json").exists():
             raise ValueError(

@@ -8,11 +8,15 @@ accumulation over up to 4,099 sources): max <= 1e-4, median <= 1e-6.
 
 from __future__ import annotations
 
+import platform
+import re
+
 import numpy as np
 import pytest
+from numba import njit
 
 import nbody_dask
-from nbody_dask.kernels.cpu import accel_potential_tile, accel_tile, direct_sum_reference
+from nbody_dask.kernels.cpu import _JIT, accel_potential_tile, accel_tile, direct_sum_reference
 
 SIZES_AND_TILES = [(1, 1), (2, 1), (2, 2), (3, 2), (17, 4), (17, 17), (1000, 250), (1000, 333),
                    (4099, 1024), (4099, 4099)]
@@ -121,3 +125,24 @@ def test_gravitational_constant_scales_forces(client):
     a1 = nbody_dask.accelerations(ds, 0.01, client=client)
     a2 = nbody_dask.accelerations(ds, 0.01, G=2.5, client=client)
     np.testing.assert_allclose(a2, 2.5 * a1, rtol=1e-15)
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 assembly")
+@pytest.mark.parametrize(("dtype", "packed"), [(np.float32, "ps"), (np.float64, "pd")])
+def test_kernel_is_vectorised_without_float64_promotion(dtype, packed):
+    """The inner loop compiles to packed SIMD arithmetic; float32 is never widened.
+
+    A scalar inner loop would show no packed (``ps``/``pd``) arithmetic; a stray float64
+    literal in the float32 path would show as float-to-double conversions (2.3x slower).
+    Cached code cannot be inspected, so a fresh copy of the same function with the same
+    options is compiled here.
+    """
+    fresh = njit(**{**_JIT, "cache": False})(accel_tile.py_func)
+    a = np.zeros(8, dtype)
+    fresh(a, a, a, a, a, a, a, dtype(0))
+    asm = fresh.inspect_asm(fresh.signatures[0])
+    for op in ("vsub", "vmul", "vfmadd231"):
+        assert re.search(rf"\b{op}{packed}\b", asm), f"no packed {op}{packed}"
+    if dtype == np.float32:
+        assert "cvtss2sd" not in asm and "vcvtps2pd" not in asm
+        assert "rsqrt" in asm  # one hardware reciprocal square root (+ Newton) per pair

@@ -1,0 +1,108 @@
+"""Throughput measurements: the tile-pair kernel alone, and simulate() in steady state.
+
+Rates are interactions per second (N^2 per force evaluation) and GFLOPS by the 20-FLOP
+convention. When the C reference kernel of ``shared/bench`` is found (or a path is given),
+it is measured in the same run and each rate is also reported as a ratio to it: this machine
+is shared and noisy, so only ratios measured together mean much.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["kernel_rate", "simulate_rate", "reference_rate", "find_reference"]
+
+FLOP_PER_INTERACTION = 20
+
+
+def _stats(rates: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(rates), "min": min(rates), "max": max(rates),
+            "gflops": FLOP_PER_INTERACTION * statistics.median(rates)}
+
+
+def kernel_rate(n_targets: int = 4096, n_sources: int = 65536, dtype: str = "float32",
+                reps: int = 5, seed: int = 0) -> dict[str, Any]:
+    """One thread, one tile pair: Gint/s of :func:`nbody_dask.kernels.cpu.accel_tile`."""
+    from .kernels.cpu import accel_tile
+
+    ftype = np.dtype(dtype).type
+    rng = np.random.default_rng(seed)
+    xs, ys, zs = (rng.random(n_sources).astype(ftype) for _ in range(3))
+    ms = np.full(n_sources, 1.0 / n_sources, ftype)
+    eps2 = ftype(1e-4)
+    targets = (xs[:n_targets], ys[:n_targets], zs[:n_targets])
+    accel_tile(*(t[:4] for t in targets), xs, ys, zs, ms, eps2)  # compile / load from cache
+    rates = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        accel_tile(*targets, xs, ys, zs, ms, eps2)
+        rates.append(n_targets * n_sources / (time.perf_counter() - t0) / 1e9)
+    return {"kind": "kernel", "dtype": dtype, "n_targets": n_targets,
+            "n_sources": n_sources, "threads": 1, "gint_s": _stats(rates)}
+
+
+def simulate_rate(n: int, steps: int = 30, dtype: str = "float32", snapshot_every: int = 10,
+                  tile_size: int | None = None, client: Any = None,
+                  store_dir: str | Path | None = None) -> dict[str, Any]:
+    """Steady-state time per step of :func:`nbody_dask.simulate`, snapshots included.
+
+    One run of ``steps`` steps; the clock runs from the completion of the first snapshot
+    after step 0 to the end, which leaves out cluster start-up, kernel compilation and the
+    initial force evaluation.
+    """
+    import tempfile
+
+    from . import plummer, simulate
+    from .clusters import client_context
+
+    if steps < 2 * snapshot_every:
+        raise ValueError(f"steps must be >= 2 * snapshot_every = {2 * snapshot_every}, "
+                         f"got {steps}")
+    bodies = plummer(n, seed=0)
+    marks: list[tuple[float, int]] = []
+    with client_context(client) as c, tempfile.TemporaryDirectory(dir=store_dir) as tmp:
+        traj = simulate(bodies, steps=steps, dt=1 / 256, softening=0.01,
+                        store=Path(tmp) / "bench.zarr", snapshot_every=snapshot_every,
+                        dtype=dtype, tile_size=tile_size, client=c, progress=False,
+                        callback=lambda step, _: marks.append((time.perf_counter(), step)))
+        tile = traj.attrs["tile_size"]
+        threads = sum(c.nthreads().values())
+    (t0, s0), (t1, s1) = next(m for m in marks if m[1] >= snapshot_every), marks[-1]
+    per_step = (t1 - t0) / (s1 - s0)
+    rate = n * n / per_step / 1e9
+    return {"kind": "simulate", "dtype": dtype, "n": n, "tile_size": tile, "threads": threads,
+            "steps": steps, "timed_steps": s1 - s0, "snapshot_every": snapshot_every,
+            "seconds_per_step": per_step, "gint_s": rate,
+            "gflops": FLOP_PER_INTERACTION * rate}
+
+
+def find_reference(path: str | Path | None = None) -> Any | None:
+    """Import ``refbench`` from ``path`` or the project's ``../shared/bench``, if present."""
+    candidates = [Path(path)] if path else [Path.cwd() / ".." / "shared" / "bench",
+                                            Path(__file__).resolve().parents[2] / "shared"
+                                            / "bench"]
+    for folder in candidates:
+        module = folder / "refbench.py"
+        if module.exists():
+            spec = importlib.util.spec_from_file_location("refbench", module)
+            refbench = importlib.util.module_from_spec(spec)
+            sys.modules.setdefault("refbench", refbench)
+            spec.loader.exec_module(refbench)
+            return refbench
+    return None
+
+
+def reference_rate(refbench: Any, n: int, threads: int, kernel: str = "avx512_j",
+                   reps: int = 5) -> dict[str, Any]:
+    """Gint/s of the C reference kernel (median, min, max over ``reps``)."""
+    r = refbench.measure(n=n, threads=threads, reps=reps, kernel=kernel)
+    return {"kind": "reference", "kernel": kernel, "n": n, "threads": threads,
+            "gint_s": {"median": r["gint_s_median"], "min": r["gint_s_min"],
+                       "max": r["gint_s_max"], "gflops": r["gflops_median"]}}

@@ -1,0 +1,206 @@
+"""The ``nbody-dask`` command line: ``run`` a simulation, ``info`` about a store.
+
+Errors from bad options or input are one line on stderr and a non-zero exit code
+(2 for usage errors, 1 for everything else), never a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+import yaml
+
+__all__ = ["main"]
+
+_INITIAL_CONDITIONS = ("plummer", "uniform", "kepler")
+
+
+def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """Read a TOML or YAML file of option defaults (keys as the long option names)."""
+    if value is None:
+        return None
+    path = Path(value)
+    try:
+        text = path.read_text()
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (OSError, tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise click.BadParameter(f"cannot read {value!r}: {exc}") from None
+    if not isinstance(data, dict):
+        raise click.BadParameter(f"{value!r} must hold a table of options")
+    known = {p.name for p in ctx.command.params}
+    options = {str(k).replace("-", "_"): v for k, v in data.items()}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise click.BadParameter(f"unknown option(s) in {value!r}: {', '.join(unknown)}")
+    ctx.default_map = {**(ctx.default_map or {}), **options}
+    return value
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="nbody-dask")
+def main() -> None:
+    """Direct-summation gravitational N-body simulation on Dask."""
+
+
+@main.command()
+@click.option("--config", type=click.Path(dir_okay=False), callback=_load_config,
+              is_eager=True, expose_value=False,
+              help="TOML or YAML file of option values (command-line options win).")
+@click.option("--ic", type=click.Choice(_INITIAL_CONDITIONS), default="plummer",
+              show_default=True, help="Initial conditions.")
+@click.option("-n", "--n", "n", type=int, default=8192, show_default=True,
+              help="Number of bodies (plummer, uniform).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
+@click.option("--eccentricity", type=float, default=0.5, show_default=True,
+              help="Orbital eccentricity (kepler).")
+@click.option("--steps", type=int, default=200, show_default=True, help="Number of steps.")
+@click.option("--dt", type=float, default=1 / 128, show_default=True, help="Step length.")
+@click.option("--softening", type=float, default=0.01, show_default=True,
+              help="Plummer softening length.")
+@click.option("--snapshot-every", type=int, default=10, show_default=True,
+              help="Steps between snapshots.")
+@click.option("--dtype", type=click.Choice(["float32", "float64"]), default=None,
+              help="Precision [default: nbody.dtype, float64].")
+@click.option("--tile-size", type=int, default=None, help="Bodies per tile [default: auto].")
+@click.option("--store", type=click.Path(), default="run.zarr", show_default=True,
+              help="Zarr store to write.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing store.")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Address of a running Dask scheduler [default: start a local cluster].")
+@click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
+def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, tile_size,
+        store, overwrite, scheduler, progress) -> None:
+    """Run a simulation and write its trajectory to a Zarr store."""
+    import nbody_dask
+
+    with _errors_as_messages():
+        if ic == "plummer":
+            bodies = nbody_dask.plummer(n, seed=seed)
+        elif ic == "uniform":
+            bodies = nbody_dask.uniform_cube(n, seed=seed)
+        else:
+            bodies = nbody_dask.kepler(eccentricity)
+        client = None
+        if scheduler is not None:
+            from distributed import Client
+            client = Client(scheduler, timeout="10s")
+        try:
+            traj = nbody_dask.simulate(bodies, steps=steps, dt=dt, softening=softening,
+                                       store=store, snapshot_every=snapshot_every, dtype=dtype,
+                                       tile_size=tile_size, client=client, overwrite=overwrite,
+                                       progress=progress)
+        finally:
+            if client is not None:
+                client.close()
+        click.echo(_summary(store, traj))
+
+
+@main.command()
+@click.argument("store", type=click.Path())
+def info(store: str) -> None:
+    """Summarise a trajectory store: N, snapshots, time span, conservation."""
+    import nbody_dask
+
+    with _errors_as_messages():
+        traj = nbody_dask.open_trajectory(store)
+        click.echo(_summary(store, traj))
+
+
+@main.command()
+@click.option("-n", "--n", "sizes", type=int, multiple=True, default=(16_384, 65_536),
+              show_default=True, help="Numbers of bodies to run (repeat the option).")
+@click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32",
+              show_default=True)
+@click.option("--steps", type=int, default=30, show_default=True,
+              help="Steps per run; the first 10 (and the start-up) are not timed.")
+@click.option("--reference", type=click.Path(file_okay=False), default=None,
+              help="Folder of refbench.py [default: ../shared/bench when present].")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the results to this JSON file.")
+def bench(sizes, dtype, steps, reference, json_path) -> None:
+    """Measure kernel and simulate() throughput, with ratios to the C reference."""
+    import json
+    import os
+
+    from . import benchmark
+
+    with _errors_as_messages():
+        refbench = benchmark.find_reference(reference)
+        if reference and refbench is None:
+            raise click.ClickException(f"no refbench.py in {reference!r}")
+        results = []
+        kernel = benchmark.kernel_rate(dtype=dtype)
+        ref_kernel = "plain_f64" if dtype == "float64" else "avx512_j"
+        if refbench is not None:
+            kernel["reference"] = benchmark.reference_rate(refbench, 65_536, 1, ref_kernel)
+        results.append(kernel)
+        click.echo(_rate_line("kernel, 1 thread, 4096 x 65536", kernel))
+        threads = os.cpu_count() or 1
+        for n in sizes:
+            run = benchmark.simulate_rate(n, steps=steps, dtype=dtype)
+            if refbench is not None:
+                run["reference"] = benchmark.reference_rate(refbench, n, run["threads"],
+                                                            ref_kernel)
+            results.append(run)
+            click.echo(_rate_line(f"simulate N={n}, tile {run['tile_size']}, "
+                                  f"{run['threads']} threads, "
+                                  f"{run['seconds_per_step'] * 1e3:.0f} ms/step", run))
+        if json_path:
+            payload = {"dtype": dtype, "cpu_count": threads, "results": results}
+            Path(json_path).write_text(json.dumps(payload, indent=2))
+
+
+def _rate_line(label: str, result: dict) -> str:
+    rate = result["gint_s"]
+    rate = rate["median"] if isinstance(rate, dict) else rate
+    line = f"{label}: {rate:.2f} Gint/s ({20 * rate:.0f} GFLOPS)"
+    ref = result.get("reference")
+    if ref:
+        line += (f", reference {ref['kernel']} {ref['threads']} thr "
+                 f"{ref['gint_s']['median']:.2f} Gint/s, ratio {rate / ref['gint_s']['median']:.2f}")
+    return line
+
+
+def _summary(store: str, traj: Any) -> str:
+    from .storage import committed_snapshots
+
+    attrs = traj.attrs
+    n_snap = traj.sizes["time"]
+    lines = [
+        f"store        {store}",
+        f"bodies       {traj.sizes['body']}  ({attrs['dtype']}, G = {attrs['G']}, "
+        f"softening = {attrs['softening']})",
+        f"snapshots    {committed_snapshots(store)} committed",
+    ]
+    if n_snap:
+        steps = traj.step.values
+        times = traj.time.values
+        energy = traj.total_energy.values
+        lines += [
+            f"steps        {int(steps[0])} .. {int(steps[-1])}  (dt = {attrs['dt']}, "
+            f"{attrs['integrator']})",
+            f"time         {times[0]:.6g} .. {times[-1]:.6g}",
+            f"energy       E0 = {energy[0]:.10g}, max |E/E0 - 1| = "
+            f"{np.max(np.abs(energy / energy[0] - 1)) if energy[0] else float('nan'):.3e}",
+            f"momentum     max |P| = {np.abs(traj.momentum.values).max():.3e}",
+        ]
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def _errors_as_messages() -> Iterator[None]:
+    """Turn the library's input errors into click's one-line messages (exit code 1)."""
+    try:
+        yield
+    except (ValueError, TypeError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,70 @@
+"""The command line: run with options or a config file, info, and one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+import xarray as xr
+from click.testing import CliRunner
+
+from nbody_dask.cli import main
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+def test_run_with_config_file_then_info(runner, tmp_path):
+    store = tmp_path / "cfg.zarr"
+    config = tmp_path / "run.toml"
+    config.write_text(f'ic = "plummer"\nn = 200\nsteps = 20\nsnapshot-every = 5\n'
+                      f'dtype = "float32"\nstore = "{store}"\n')
+    result = runner.invoke(main, ["run", "--config", str(config), "--no-progress",
+                                  "--steps", "10"])
+    assert result.exit_code == 0, result.output
+    ds = xr.open_zarr(store)
+    assert ds.sizes["body"] == 200 and ds.position.dtype == "float32"
+    assert list(ds.step.values) == [0, 5, 10]  # the command line wins over the file
+    info = runner.invoke(main, ["info", str(store)])
+    assert info.exit_code == 0
+    assert "200" in info.output and "3 committed" in info.output
+
+
+def test_yaml_config(runner, tmp_path):
+    store = tmp_path / "y.zarr"
+    config = tmp_path / "run.yaml"
+    config.write_text(f"ic: kepler\nsteps: 8\nsnapshot_every: 4\nstore: {store}\n")
+    result = runner.invoke(main, ["run", "--config", str(config), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert xr.open_zarr(store).sizes["body"] == 2
+
+
+@pytest.mark.parametrize(("args", "code", "message"), [
+    (["run", "--dt", "-1", "--no-progress"], 1, "Error: dt must be > 0, got -1.0"),
+    (["run", "--steps", "abc"], 2, "'abc' is not a valid integer"),
+    (["run", "--ic", "galaxy"], 2, "'galaxy' is not one of"),
+    (["run", "--config", "missing.toml"], 2, "cannot read 'missing.toml'"),
+    (["info", "nowhere.zarr"], 1, "Error: no trajectory store at 'nowhere.zarr'"),
+])
+def test_errors_are_one_line(runner, tmp_path, monkeypatch, args, code, message):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(main, args)
+    assert result.exit_code == code
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_existing_store_is_refused(runner, tmp_path):
+    store = tmp_path / "s.zarr"
+    args = ["run", "--ic", "kepler", "--steps", "2", "--store", str(store), "--no-progress"]
+    assert runner.invoke(main, args).exit_code == 0
+    again = runner.invoke(main, args)
+    assert again.exit_code == 1 and "--overwrite" in again.output
+    assert runner.invoke(main, [*args, "--overwrite"]).exit_code == 0
+
+
+def test_unknown_key_in_config(runner, tmp_path):
+    config = tmp_path / "bad.toml"
+    config.write_text("stepz = 3\n")
+    result = runner.invoke(main, ["run", "--config", str(config)])
+    assert result.exit_code == 2 and "unknown option(s)" in result.output
