@@ -14,7 +14,7 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0+unknown"
 
-from . import config  # noqa: E402  (loads the nbody defaults into dask.config)
+from . import config  # noqa: E402, F401  (loads the nbody defaults into dask.config)
 from .bodies import as_bodies, make_bodies  # noqa: E402
 from .initial_conditions import kepler, plummer, uniform_cube  # noqa: E402
 from .simulation import accelerations, potential_energy, simulate  # noqa: E402

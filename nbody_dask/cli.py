@@ -162,8 +162,9 @@ def _rate_line(label: str, result: dict) -> str:
     line = f"{label}: {rate:.2f} Gint/s ({20 * rate:.0f} GFLOPS)"
     ref = result.get("reference")
     if ref:
-        line += (f", reference {ref['kernel']} {ref['threads']} thr "
-                 f"{ref['gint_s']['median']:.2f} Gint/s, ratio {rate / ref['gint_s']['median']:.2f}")
+        ref_rate = ref["gint_s"]["median"]
+        line += (f", reference {ref['kernel']} {ref['threads']} thr {ref_rate:.2f} Gint/s, "
+                 f"ratio {rate / ref_rate:.2f}")
     return line
 
 

@@ -10,16 +10,7 @@ import numpy as np
 
 from .bodies import Tile
 
-__all__ = ["DIAGNOSTICS", "tile_diagnostics", "as_record", "virial_ratio"]
-
-#: Layout of the diagnostics vector: name -> slice.
-DIAGNOSTICS = {
-    "kinetic_energy": slice(0, 1),
-    "potential_energy": slice(1, 2),
-    "momentum": slice(2, 5),
-    "angular_momentum": slice(5, 8),
-}
-
+__all__ = ["tile_diagnostics", "as_record", "virial_ratio"]
 
 def tile_diagnostics(tile: Tile, G: float) -> np.ndarray:
     """Kinetic energy, potential energy, momentum and angular momentum of one tile.

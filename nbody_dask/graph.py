@@ -24,8 +24,8 @@ from dask.delayed import Delayed
 from .bodies import Tile
 from .diagnostics import tile_diagnostics
 from .integrators import close_step, open_step
-from .storage import write_tile
 from .kernels.cpu import accel_potential_tile, accel_tile
+from .storage import write_tile
 
 __all__ = ["StepPlan", "lazy", "eager", "pair_forces", "sum_in_order", "force_graph",
            "initial_graph", "step_graph", "fused_steps", "snapshot_graph"]
@@ -135,7 +135,7 @@ def initial_graph(tiles: Sequence, plan: StepPlan, with_potential: bool = True,
     partials = force_graph(tiles, plan, 0, with_potential, call)
     return [
         call(_close, tile, plan.G, None, *parts, key=plan.key("forces", 0, i))
-        for i, (tile, parts) in enumerate(zip(tiles, partials))
+        for i, (tile, parts) in enumerate(zip(tiles, partials, strict=True))
     ]
 
 
@@ -162,7 +162,7 @@ def step_graph(tiles: Sequence, plan: StepPlan, step: int, with_potential: bool,
     partials = force_graph(drifted, plan, step, with_potential, call)
     return [
         call(_close, tile, plan.G, plan.dt, *parts, key=plan.key("kick", step, i))
-        for i, (tile, parts) in enumerate(zip(drifted, partials))
+        for i, (tile, parts) in enumerate(zip(drifted, partials, strict=True))
     ]
 
 

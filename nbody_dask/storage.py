@@ -24,7 +24,6 @@ attributes.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import time
 import shutil
@@ -229,8 +228,3 @@ def open_trajectory(path: str | os.PathLike) -> xr.Dataset:
     committed = committed_snapshots(path)
     ds = xr.open_zarr(path)
     return ds.isel(time=slice(0, committed))
-
-
-def run_config(ds: xr.Dataset) -> dict[str, Any]:
-    """The run configuration stored in a trajectory's attributes."""
-    return json.loads(ds.attrs["config"])
