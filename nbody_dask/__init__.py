@@ -17,12 +17,18 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 from . import config  # noqa: E402, F401  (loads the nbody defaults into dask.config)
 from .bodies import as_bodies, make_bodies  # noqa: E402
 from .initial_conditions import kepler, plummer, uniform_cube  # noqa: E402
-from .simulation import accelerations, potential_energy, simulate  # noqa: E402
+from .simulation import (  # noqa: E402
+    SimulationInterrupted,
+    accelerations,
+    potential_energy,
+    simulate,
+)
 from .storage import open_trajectory  # noqa: E402
 
 __all__ = [
     "__version__",
     "simulate",
+    "SimulationInterrupted",
     "accelerations",
     "potential_energy",
     "open_trajectory",

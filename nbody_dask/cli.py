@@ -1,4 +1,4 @@
-"""The ``nbody-dask`` command line: ``run`` a simulation, ``info`` about a store.
+"""The ``nbody-dask`` command line: ``run``, ``resume``, ``info``, ``bench``.
 
 Errors from bad options or input are one line on stderr and a non-zero exit code
 (2 for usage errors, 1 for everything else), never a traceback.
@@ -7,6 +7,7 @@ Errors from bad options or input are one line on stderr and a non-zero exit code
 from __future__ import annotations
 
 import contextlib
+import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,19 +87,43 @@ def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, 
             bodies = nbody_dask.uniform_cube(n, seed=seed)
         else:
             bodies = nbody_dask.kepler(eccentricity)
-        client = None
-        if scheduler is not None:
-            from distributed import Client
-            client = Client(scheduler, timeout="10s")
-        try:
-            traj = nbody_dask.simulate(bodies, steps=steps, dt=dt, softening=softening,
-                                       store=store, snapshot_every=snapshot_every, dtype=dtype,
-                                       tile_size=tile_size, client=client, overwrite=overwrite,
-                                       progress=progress)
-        finally:
-            if client is not None:
-                client.close()
-        click.echo(_summary(store, traj))
+        _simulate_and_report(scheduler, store, bodies, steps=steps, dt=dt, softening=softening,
+                             snapshot_every=snapshot_every, dtype=dtype, tile_size=tile_size,
+                             overwrite=overwrite, progress=progress)
+
+
+@main.command()
+@click.argument("store", type=click.Path())
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Address of a running Dask scheduler [default: start a local cluster].")
+@click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
+def resume(store, scheduler, progress) -> None:
+    """Continue the run in STORE from its last committed snapshot."""
+    with _errors_as_messages():
+        _simulate_and_report(scheduler, store, None, resume=True, progress=progress)
+
+
+def _simulate_and_report(scheduler: str | None, store: str, bodies: Any, **kwargs: Any) -> None:
+    """Run :func:`nbody_dask.simulate` (on ``scheduler`` if given) and print a summary.
+
+    SIGTERM (Slurm's warning before a walltime kill) ends the run cleanly: the snapshots in
+    flight are committed and the exit code is 143 (128 + SIGTERM), with how to resume.
+    """
+    import nbody_dask
+
+    client = None
+    if scheduler is not None:
+        from distributed import Client
+        client = Client(scheduler, timeout="10s")
+    try:
+        traj = nbody_dask.simulate(bodies, store=store, client=client, **kwargs)
+    except nbody_dask.SimulationInterrupted as exc:
+        click.echo(f"nbody-dask: {exc}", err=True)
+        sys.exit(143)
+    finally:
+        if client is not None:
+            client.close()
+    click.echo(_summary(store, traj))
 
 
 @main.command()

@@ -13,8 +13,12 @@ import math
 import shutil
 import sys
 import tempfile
+import signal
+import threading
 import time
 import uuid
+import warnings
+from asyncio import CancelledError
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,6 +30,9 @@ import numpy as np
 import xarray as xr
 from dask.base import tokenize
 from distributed import Client, Future, wait
+from distributed.client import FutureCancelledError
+from distributed.comm.core import CommClosedError
+from distributed.scheduler import KilledWorker
 
 from . import __version__, config
 from ._validate import check_int, check_real
@@ -34,9 +41,11 @@ from .clusters import client_context, total_threads
 from .diagnostics import as_record
 from .graph import StepPlan, fused_steps, initial_graph, lazy, snapshot_graph, step_graph
 from .integrators import INTEGRATOR
-from .storage import SnapshotCommitter, check_store_path, create_store, open_trajectory
+from .storage import (SnapshotCommitter, check_store_path, committed_snapshots, create_store,
+                      open_trajectory)
 
-__all__ = ["simulate", "accelerations", "potential_energy", "RunConfig"]
+__all__ = ["simulate", "accelerations", "potential_energy", "RunConfig", "SimulationInterrupted",
+           "load_snapshot"]
 
 
 @dataclass(frozen=True)
@@ -58,27 +67,30 @@ class RunConfig:
         return sorted(set(range(0, self.steps + 1, every)) | {self.steps})
 
 
+def _optional_int(name: str, value: Any, minimum: int) -> int | None:
+    return None if value is None else check_int(name, value, minimum)
+
+
 def _run_config(steps, dt, softening, G, snapshot_every, dtype, tile_size, split_every):
     return RunConfig(
         steps=check_int("steps", steps, 0),
         dt=check_real("dt", dt, positive=True),
         softening=check_real("softening", softening, nonnegative=True),
         G=check_real("G", G, positive=True),
-        snapshot_every=None if snapshot_every is None else check_int(
-            "snapshot_every", snapshot_every, 1),
+        snapshot_every=_optional_int("snapshot_every", snapshot_every, 1),
         dtype=np.dtype(resolve_dtype(config.get("dtype", dtype))).name,
-        tile_size=None if tile_size is None else check_int("tile_size", tile_size, 1),
+        tile_size=_optional_int("tile_size", config.get("tile-size", tile_size), 1),
         split_every=check_int("split_every", config.get("split-every", split_every), 2),
     )
 
 
 def simulate(
-    bodies: xr.Dataset | dict,
-    steps: int,
-    dt: float,
-    softening: float = 0.0,
+    bodies: xr.Dataset | dict | None = None,
+    steps: int | None = None,
+    dt: float | None = None,
+    softening: float | None = None,
     *,
-    G: float = 1.0,
+    G: float | None = None,
     store: str | Path | None = None,
     snapshot_every: int | None = None,
     dtype: str | None = None,
@@ -86,6 +98,7 @@ def simulate(
     split_every: int | None = None,
     client: Client | None = None,
     overwrite: bool = False,
+    resume: bool = False,
     progress: bool | None = None,
     callback: Callable[[int, dict | None], None] | None = None,
 ) -> xr.Dataset:
@@ -96,7 +109,7 @@ def simulate(
     bodies : xarray.Dataset or Mapping
         Initial conditions: ``position(body, axis)``, ``velocity(body, axis)``, ``mass(body)``
         (see :func:`nbody_dask.make_bodies`). A snapshot of a trajectory works too; its
-        ``time`` coordinate, if scalar, becomes the start time.
+        ``time`` coordinate, if scalar, becomes the start time. Not with ``resume``.
     steps : int
         Number of steps (>= 0).
     dt : float
@@ -125,6 +138,10 @@ def simulate(
         to 127.0.0.1 and closes it afterwards.
     overwrite : bool, default False
         Replace an existing store. Without it an existing store is an error.
+    resume : bool, default False
+        Continue the run in ``store`` from its last committed snapshot, with the
+        configuration stored there; parameters given as well must equal the stored ones.
+        The result is bit-identical to an uninterrupted run.
     progress : bool, optional
         Show a progress bar; ``nbody.progress`` by default.
     callback : callable, optional
@@ -148,54 +165,188 @@ def simulate(
         For invalid input, naming the parameter and the value, before any cluster starts
         or anything is written.
     FileExistsError
-        If ``store`` exists and ``overwrite`` is False.
+        If ``store`` exists and neither ``overwrite`` nor ``resume`` is set.
+    SimulationInterrupted
+        On SIGTERM (as Slurm sends before a walltime kill): the steps in flight are finished,
+        every completed snapshot is committed, and the run can be resumed.
+
+    Notes
+    -----
+    If workers die, the run restarts on the remaining (or replacement) workers from the last
+    committed snapshot, up to ``nbody.max-restarts`` times; the result does not change.
 
     Examples
     --------
     >>> ds0 = nbody_dask.plummer(4096, seed=0)                       # doctest: +SKIP
     >>> traj = nbody_dask.simulate(ds0, steps=100, dt=1/128, softening=0.01,
     ...                            store="run.zarr", snapshot_every=10)  # doctest: +SKIP
+    >>> traj = nbody_dask.simulate(store="run.zarr", resume=True)     # doctest: +SKIP
     """
-    cfg = _run_config(steps, dt, softening, G, snapshot_every, dtype, tile_size, split_every)
-    ds = as_bodies(bodies)
-    t0 = _start_time(bodies)
-    if not isinstance(overwrite, bool):
-        raise TypeError(f"overwrite must be True or False, got {overwrite!r}")
-    show_progress = bool(config.get("progress", progress))
+    for name, flag in (("overwrite", overwrite), ("resume", resume)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be True or False, got {flag!r}")
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable, got {callback!r}")
-    with _output_path(store, overwrite) as (path, temporary):
+    show_progress = bool(config.get("progress", progress))
+    given = dict(steps=steps, dt=dt, softening=softening, G=G, snapshot_every=snapshot_every,
+                 dtype=dtype, tile_size=tile_size, split_every=split_every)
+    if resume:
+        start = _resume_point(bodies, store, overwrite, given)
+    else:
+        start = _fresh_start(bodies, store, overwrite, given)
+    cfg = start.cfg
+    with _output_path(start.path) as (path, temporary):
+        if start.index == len(cfg.snapshot_steps()) - 1 and resume:
+            return open_trajectory(path)  # nothing left to do
         with client_context(client) as c:
             if client is None and show_progress:
                 print(f"Dask dashboard: {c.dashboard_link}", file=sys.stderr)
-            ftype = resolve_dtype(cfg.dtype)
-            tile = cfg.tile_size or auto_tile_size(ds.sizes["body"], total_threads(c))
-            attrs = _store_attrs(cfg, tile, ds)
-            create_store(path, ds, snapshot_steps=cfg.snapshot_steps(), t0=t0, dt=cfg.dt,
-                         dtype=ftype, tile_size=tile, attrs=attrs)
-            token = _run_token(ds, cfg, tile, str(path.resolve()), t0)
-            plan = StepPlan(token, cfg.dt, cfg.softening, cfg.G, cfg.split_every)
-            tiles = c.scatter(split_tiles(ds, tile, ftype), hash=False)
-            _run(c, tiles, ds.sizes["body"], plan, cfg, path, show_progress, callback)
+            tile = cfg.tile_size or auto_tile_size(start.n, total_threads(c))
+            if not resume:
+                create_store(path, start.bodies, snapshot_steps=cfg.snapshot_steps(),
+                             t0=start.t0, dt=cfg.dt, dtype=resolve_dtype(cfg.dtype),
+                             tile_size=tile, attrs=_store_attrs(cfg, tile, start.bodies))
+            with _progress(show_progress, cfg.steps) as report, _sigterm_flag() as stop:
+                def on_complete(step: int, record: dict | None) -> None:
+                    report(step, record)
+                    if callback is not None:
+                        callback(step, record)
+
+                _run_with_restarts(c, start, tile, path, on_complete, stop)
         traj = open_trajectory(path)
         return traj.load(scheduler="synchronous") if temporary else traj
 
 
-def _run(c: Client, tiles: list[Future], n: int, plan: StepPlan, cfg: RunConfig, path: Path,
-         show_progress: bool, callback: Callable | None) -> None:
-    """The step loop: submit graphs ahead, commit snapshots in order."""
+class SimulationInterrupted(RuntimeError):
+    """The run stopped early on request (SIGTERM); its committed snapshots are safe.
+
+    Attributes
+    ----------
+    store : Path
+        The store, to pass to ``simulate(store=..., resume=True)``.
+    committed : int
+        Snapshots committed.
+    """
+
+    def __init__(self, store: Path, committed: int) -> None:
+        super().__init__(f"interrupted by SIGTERM with {committed} snapshot(s) committed in "
+                         f"{str(store)!r}; continue with simulate(store=..., resume=True) or "
+                         f"`nbody-dask resume {store}`")
+        self.store = store
+        self.committed = committed
+
+
+@dataclass
+class _Start:
+    """Where a run starts: validated configuration, store, first snapshot index, bodies."""
+
+    cfg: RunConfig
+    path: Path | None
+    index: int
+    bodies: xr.Dataset
+    t0: float
+
+    @property
+    def n(self) -> int:
+        return self.bodies.sizes["body"]
+
+
+def _fresh_start(bodies, store, overwrite, given) -> _Start:
+    missing = [k for k, v in (("bodies", bodies), ("steps", given["steps"]),
+                              ("dt", given["dt"])) if v is None]
+    if missing:
+        raise TypeError(f"simulate() needs {', '.join(missing)} (or resume=True with a store)")
+    given = {**given, "softening": 0.0 if given["softening"] is None else given["softening"],
+             "G": 1.0 if given["G"] is None else given["G"]}
+    cfg = _run_config(**given)
+    ds = as_bodies(bodies)
+    path = None if store is None else check_store_path(store, overwrite)
+    return _Start(cfg, path, 0, ds, _start_time(bodies))
+
+
+def _resume_point(bodies, store, overwrite, given) -> _Start:
+    if store is None:
+        raise ValueError("resume=True needs store=, the store of the run to continue")
+    if bodies is not None:
+        raise ValueError("resume=True continues from the store; do not pass bodies")
+    if overwrite:
+        raise ValueError("resume=True and overwrite=True conflict: choose one")
+    path = Path(store)
+    if not path.exists():
+        raise FileNotFoundError(f"no trajectory store at {str(path)!r} to resume")
+    committed = committed_snapshots(path)
+    ds = xr.open_zarr(path)
+    stored = json.loads(ds.attrs["config"])
+    for name, value in given.items():
+        if value is None:
+            continue
+        if name == "dtype":
+            value = np.dtype(resolve_dtype(value)).name
+        expected = stored[name] if name != "tile_size" else ds.attrs["tile_size"]
+        if value != expected:
+            raise ValueError(f"resume: {name}={value!r} differs from the store's "
+                             f"{name}={expected!r}")
+    if committed == 0:
+        raise ValueError(f"store {str(path)!r} has no committed snapshot to resume from; "
+                         "start a new run with overwrite=True")
+    cfg = RunConfig(**{**stored, "tile_size": ds.attrs["tile_size"]})
+    index = committed - 1
+    return _Start(cfg, path, index, load_snapshot(path, index), float(ds.time[index]))
+
+
+def load_snapshot(path: Path, index: int) -> xr.Dataset:
+    """Snapshot ``index`` of a store as a body set (exact: float32 survives the round trip)."""
+    snap = xr.open_zarr(path).isel(time=index)
+    return as_bodies(snap[["position", "velocity", "mass"]].load(scheduler="synchronous"))
+
+
+_RECOVERABLE = (FutureCancelledError, KilledWorker, CommClosedError, CancelledError)
+
+
+def _run_with_restarts(c: Client, start: _Start, tile: int, path: Path, on_complete,
+                       stop: threading.Event) -> None:
+    """Run to the end; after a lost worker, restart from the last committed snapshot."""
+    max_restarts = int(config.get("max-restarts"))
+    restarts = 0
+    while True:
+        try:
+            _run(c, start, tile, path, on_complete, stop)
+            return
+        except _RECOVERABLE as exc:
+            restarts += 1
+            if restarts > max_restarts:
+                raise
+            committed = committed_snapshots(path)
+            warnings.warn(f"run failed ({type(exc).__name__}: {exc}); restarting from "
+                          f"snapshot {max(committed - 1, 0)} "
+                          f"(restart {restarts} of {max_restarts})", RuntimeWarning,
+                          stacklevel=2)
+            if committed:
+                start = _Start(start.cfg, path, committed - 1,
+                               load_snapshot(path, committed - 1), start.t0)
+            else:
+                start = _Start(start.cfg, path, 0, start.bodies, start.t0)
+
+
+def _run(c: Client, start: _Start, tile: int, path: Path, on_complete,
+         stop: threading.Event) -> None:
+    """The step loop from snapshot ``start.index``: submit graphs ahead, commit in order."""
+    cfg = start.cfg
     snapshot_steps = cfg.snapshot_steps()
     snapshot_index = {step: k for k, step in enumerate(snapshot_steps)}
     potential_steps = frozenset(snapshot_steps)
-    n_tiles = len(tiles)
+    first_step = snapshot_steps[start.index]
+    n_tiles = math.ceil(start.n / tile)
     fused = n_tiles == 1
     if fused:  # one task per submission: bound its length to ~1e9 interactions
-        max_steps = max(1, int(1e9 // max(n * n, 1)))
+        max_steps = max(1, int(1e9 // max(start.n**2, 1)))
     else:
         max_steps = max(1, config.get("tasks-per-submit") // (n_tiles**2 + 3 * n_tiles))
     lookahead = max(1, int(config.get("lookahead")))
     pending: deque[tuple[int, int | None, Any]] = deque()
     committer = SnapshotCommitter(path)
+    plan = StepPlan(_run_token(start.bodies, cfg, tile, str(path.resolve()), start.index),
+                    cfg.dt, cfg.softening, cfg.G, cfg.split_every)
 
     def submit_snapshot(state: list[Future], step: int) -> None:
         index = snapshot_index[step]
@@ -208,21 +359,28 @@ def _run(c: Client, tiles: list[Future], n: int, plan: StepPlan, cfg: RunConfig,
         if index is None:
             wait(futures)
             for f in futures:
-                if f.status == "error":
+                if f.status != "finished":
                     f.result()  # re-raises the task's exception here, in the driver
             record = None
         else:
             record = as_record(futures.result())
             committer.add(index, record)
-        report(step, record)
-        if callback is not None:
-            callback(step, record)
+        on_complete(step, record)
 
-    with _progress(show_progress, cfg.steps) as report:
-        state = c.compute(initial_graph(tiles, plan), optimize_graph=False)
-        submit_snapshot(state, 0)
-        step = 0
+    tiles = c.scatter(split_tiles(start.bodies, tile, resolve_dtype(cfg.dtype)), hash=False)
+    state = c.compute(initial_graph(tiles, plan), optimize_graph=False)
+    del tiles  # the scattered copies are not needed once the forces are computed
+    try:
+        if committer.committed == start.index:  # a new run: snapshot 0 is not written yet
+            submit_snapshot(state, first_step)
+        else:
+            on_complete(first_step, None)
+        step = first_step
         for end in _submission_ends(cfg.steps, snapshot_steps, max_steps):
+            if end <= first_step:
+                continue
+            if stop.is_set():
+                break
             if fused:
                 graph = [lazy(fused_steps, state[0], plan, step + 1, end, potential_steps,
                               key=plan.key("fused", end))]
@@ -240,7 +398,24 @@ def _run(c: Client, tiles: list[Future], n: int, plan: StepPlan, cfg: RunConfig,
                 complete(pending.popleft())
         while pending:
             complete(pending.popleft())
+    finally:
         committer.flush()
+    if stop.is_set():
+        raise SimulationInterrupted(path, committer.committed)
+
+
+@contextmanager
+def _sigterm_flag() -> Iterator[threading.Event]:
+    """An event set by SIGTERM while the block runs (main thread only; else never set)."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _submission_ends(steps: int, snapshot_steps: list[int], max_steps: int) -> Iterator[int]:
@@ -284,10 +459,10 @@ def _progress(enabled: bool, steps: int):
 
 
 @contextmanager
-def _output_path(store: Any, overwrite: bool):
-    """Yield (path, temporary): the checked store path, or a temporary one removed after."""
-    if store is not None:
-        yield check_store_path(store, overwrite), False
+def _output_path(path: Path | None):
+    """Yield (path, temporary): the store's path, or a temporary one removed afterwards."""
+    if path is not None:
+        yield path, False
         return
     tmp = Path(tempfile.mkdtemp(prefix="nbody-dask-"))
     try:

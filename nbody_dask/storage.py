@@ -171,6 +171,11 @@ class SnapshotCommitter:
         self._interval = interval
         self._last_flush = time.monotonic()
 
+    @property
+    def committed(self) -> int:
+        """Snapshots committed so far (on disk, marker included)."""
+        return self._committed
+
     def add(self, index: int, record: dict[str, Any]) -> None:
         """Queue snapshot ``index``'s diagnostics; flush if the interval has passed."""
         expected = self._committed + len(self._buffer)

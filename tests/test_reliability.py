@@ -1,0 +1,176 @@
+"""Restarts identical to a continuous run: driver killed, SIGTERM, a worker killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+import pytest
+import xarray as xr
+from distributed import Client, LocalCluster
+
+import nbody_dask
+import nbody_dask.clusters
+from nbody_dask.storage import committed_snapshots
+
+# 300 bodies in 3 tiles (a real multi-tile graph), 41 snapshots.
+RUN = ["--ic", "plummer", "--n", "300", "--seed", "3", "--steps", "200", "--dt", "0.015625",
+       "--softening", "0.05", "--snapshot-every", "5", "--tile-size", "100", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, client):
+    """The uninterrupted run, in process (other cluster layout: results must not care)."""
+    from click.testing import CliRunner
+
+    from nbody_dask.cli import main
+
+    store = tmp_path_factory.mktemp("reference") / "ref.zarr"
+    result = CliRunner().invoke(main, ["run", *RUN, "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    return xr.open_zarr(store).load()
+
+
+def _start(store, *args):
+    return subprocess.Popen([sys.executable, "-m", "nbody_dask.cli", *args, "--store",
+                             str(store)] if args and args[0] == "run" else
+                            [sys.executable, "-m", "nbody_dask.cli", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _wait_for_commits(proc, store, count, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if (store / "nbody" / "zarr.json").exists():
+            try:
+                if committed_snapshots(store) >= count:
+                    return
+            except (ValueError, OSError):
+                pass
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {count} snapshots committed in {timeout} s")
+
+
+def _kill_group(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
+
+
+def _resume(store):
+    proc = subprocess.run([sys.executable, "-m", "nbody_dask.cli", "resume", str(store),
+                           "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def _assert_identical(store, reference):
+    traj = nbody_dask.open_trajectory(store).load()
+    assert traj.sizes["time"] == reference.sizes["time"]
+    for name in ("position", "velocity", "total_energy", "momentum", "angular_momentum"):
+        np.testing.assert_array_equal(traj[name].values, reference[name].values, err_msg=name)
+
+
+@pytest.mark.parametrize("kill_after", [2, 11, 27])
+def test_driver_killed_then_resumed_is_bit_identical(tmp_path, reference, kill_after):
+    store = tmp_path / "killed.zarr"
+    proc = _start(store, "run", *RUN)
+    try:
+        _wait_for_commits(proc, store, kill_after)
+        proc.send_signal(signal.SIGKILL)  # the driver only: no chance to clean up
+        proc.wait(timeout=30)
+    finally:
+        _kill_group(proc)  # then its orphaned workers
+    committed = committed_snapshots(store)
+    assert kill_after <= committed < reference.sizes["time"]
+    assert nbody_dask.open_trajectory(store).sizes["time"] == committed
+    _resume(store)
+    _assert_identical(store, reference)
+
+
+def test_sigterm_commits_and_exits_cleanly_then_resumes(tmp_path, reference):
+    store = tmp_path / "term.zarr"
+    proc = _start(store, "run", *RUN)
+    try:
+        _wait_for_commits(proc, store, 5)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        _kill_group(proc)
+    assert proc.returncode == 143, err
+    assert "interrupted by SIGTERM" in err and "resume" in err
+    assert "Traceback" not in err
+    committed = committed_snapshots(store)
+    assert 5 <= committed < reference.sizes["time"]
+    _resume(store)
+    _assert_identical(store, reference)
+
+
+def test_worker_killed_mid_run_gives_identical_result(tmp_path):
+    """SIGKILL one of two worker processes a third of the way through."""
+    ds = nbody_dask.plummer(600, seed=2)
+    kw = dict(steps=60, dt=1 / 64, softening=0.05, snapshot_every=5, tile_size=100,
+              progress=False)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0", silence_logs=50) as cluster, \
+            Client(cluster) as c:
+        expected = nbody_dask.simulate(ds, client=c, **kw).isel(time=-1).load()
+        victim = next(iter(c.run(os.getpid).values()))
+        killed = []
+
+        def kill_once(step, record):
+            if step >= 20 and not killed:
+                os.kill(victim, signal.SIGKILL)
+                killed.append(step)
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = nbody_dask.simulate(ds, client=c, store=tmp_path / "w.zarr",
+                                      callback=kill_once, **kw)
+    assert killed
+    # Dask recomputes what it still can; otherwise simulate() restarts from a snapshot.
+    for w in caught:
+        assert issubclass(w.category, RuntimeWarning), w
+        assert "restarting from snapshot" in str(w.message), w
+    last = got.isel(time=-1).load()
+    np.testing.assert_array_equal(last.position.values, expected.position.values)
+    np.testing.assert_array_equal(last.velocity.values, expected.velocity.values)
+
+
+def test_resume_checks_the_configuration(client, tmp_path):
+    store = tmp_path / "r.zarr"
+    ds = nbody_dask.uniform_cube(20, seed=1)
+    nbody_dask.simulate(ds, steps=10, dt=0.01, store=store, snapshot_every=5, client=client,
+                        progress=False)
+    with pytest.raises(ValueError, match=r"resume: dt=0\.02 differs from the store's dt=0\.01"):
+        nbody_dask.simulate(store=store, resume=True, dt=0.02, client=client)
+    with pytest.raises(ValueError, match="do not pass bodies"):
+        nbody_dask.simulate(ds, store=store, resume=True, client=client)
+    with pytest.raises(ValueError, match="conflict"):
+        nbody_dask.simulate(store=store, resume=True, overwrite=True, client=client)
+    with pytest.raises(FileNotFoundError, match="to resume"):
+        nbody_dask.simulate(store=tmp_path / "none.zarr", resume=True, client=client)
+    # a finished run resumes to itself, untouched
+    before = xr.open_zarr(store).load()
+    again = nbody_dask.simulate(store=store, resume=True, dt=0.01, dtype="float64",
+                                client=client, progress=False)
+    xr.testing.assert_identical(before, again.load())
+
+
+def test_local_cluster_binds_loopback_only():
+    with nbody_dask.clusters.local(n_workers=1, threads_per_worker=1) as cluster:
+        assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
+        assert all(w.address.startswith("tcp://127.0.0.1:") for w in cluster.workers.values())
+        assert cluster.dashboard_link.startswith("http://127.0.0.1:")
+        server = cluster.scheduler.http_server
+        hosts = {sock.getsockname()[0] for sock in server._sockets.values()}
+        assert hosts == {"127.0.0.1"}
