@@ -274,8 +274,8 @@ def _resume_point(bodies, store, overwrite, given) -> _Start:
     path = Path(store)
     if not path.exists():
         raise FileNotFoundError(f"no trajectory store at {str(path)!r} to resume")
-    committed = committed_snapshots(path)
-    ds = xr.open_zarr(path)
+    ds = open_trajectory(path)  # validates the store
+    committed = ds.sizes["time"]
     stored = json.loads(ds.attrs["config"])
     for name, value in given.items():
         if value is None:

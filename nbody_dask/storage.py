@@ -73,6 +73,12 @@ def check_store_path(store: Any, overwrite: bool) -> Path:
                 f"store {str(path)!r} exists and is not a Zarr store; refusing to delete it "
                 "even with overwrite=True"
             )
+    parent = next((p for p in path.absolute().parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise ValueError(f"store {str(path)!r} cannot be created: {str(parent)!r} is a file")
+    if parent is not None and not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(f"store {str(path)!r} cannot be created: {str(parent)!r} is "
+                              "not writable")
     return path
 
 
@@ -199,12 +205,23 @@ class SnapshotCommitter:
 
 
 def committed_snapshots(path: str | os.PathLike) -> int:
-    """Number of snapshots fully written to the store at ``path``."""
+    """Number of snapshots fully written to the store at ``path``.
+
+    Raises
+    ------
+    ValueError
+        If ``path`` is not an nbody_dask store, or its commit marker is damaged.
+    """
     try:
         marker = zarr.open_group(path, mode="r", use_consolidated=False)[_MARKER_GROUP]
-    except (FileNotFoundError, KeyError):
+    except (FileNotFoundError, KeyError, ValueError, zarr.errors.BaseZarrError):
         raise ValueError(f"{str(path)!r} is not an nbody_dask trajectory store") from None
-    return int(marker.attrs["committed"])
+    committed = marker.attrs.get("committed")
+    total = marker.attrs.get("snapshots")
+    if not (isinstance(committed, int) and isinstance(total, int) and 0 <= committed <= total):
+        raise ValueError(f"store {str(path)!r} is damaged: commit marker says "
+                         f"committed={committed!r} of snapshots={total!r}")
+    return committed
 
 
 def open_trajectory(path: str | os.PathLike) -> xr.Dataset:
@@ -226,10 +243,22 @@ def open_trajectory(path: str | os.PathLike) -> xr.Dataset:
     FileNotFoundError
         If nothing exists at ``path``.
     ValueError
-        If ``path`` is not an nbody_dask store.
+        If ``path`` is not an nbody_dask store, or it is damaged.
     """
     if not Path(path).exists():
         raise FileNotFoundError(f"no trajectory store at {str(path)!r}")
     committed = committed_snapshots(path)
-    ds = xr.open_zarr(path)
+    try:
+        ds = xr.open_zarr(path)
+    except Exception as exc:  # zarr and xarray raise many kinds here
+        raise ValueError(f"store {str(path)!r} is damaged: {type(exc).__name__}: {exc}") from None
+    # Consolidated metadata would hide an array deleted from disk: list the real members.
+    on_disk = set(zarr.open_group(path, mode="r", use_consolidated=False).array_keys())
+    missing = sorted({"position", "velocity", "mass", *_SCALARS, *_VECTORS} - on_disk)
+    if missing or "config" not in ds.attrs:
+        what = f"variables {missing}" if missing else "the config attribute"
+        raise ValueError(f"store {str(path)!r} is damaged: {what} missing")
+    if committed > ds.sizes["time"]:
+        raise ValueError(f"store {str(path)!r} is damaged: {committed} snapshots committed "
+                         f"but {ds.sizes['time']} laid out")
     return ds.isel(time=slice(0, committed))

@@ -174,3 +174,30 @@ def test_local_cluster_binds_loopback_only():
         server = cluster.scheduler.http_server
         hosts = {sock.getsockname()[0] for sock in server._sockets.values()}
         assert hosts == {"127.0.0.1"}
+
+
+def test_long_run_keeps_tasks_and_memory_flat(client):
+    """1,000 steps of a 2-tile system: no futures or keys accumulate, memory stays level."""
+    import psutil
+
+    scheduler = client.cluster.scheduler
+    samples = []
+
+    def sample(step, record):
+        samples.append((step, len(scheduler.tasks), psutil.Process().memory_info().rss))
+
+    ds = nbody_dask.plummer(64, seed=8)
+    nbody_dask.simulate(ds, steps=1000, dt=1e-4, softening=0.05, snapshot_every=25,
+                        tile_size=32, client=client, progress=False, callback=sample)
+    tasks = [t for _, t, _ in samples]
+    rss = [r for _, _, r in samples]
+    half = len(samples) // 2
+    assert max(tasks[half:]) <= 1.5 * max(tasks[:half]) + 50
+    # Bounded by the look-ahead (5 submissions of 25 steps of 2 + 4 + 2 tasks), not the run.
+    lookahead = nbody_dask.config.get("lookahead")
+    assert max(tasks) <= (lookahead + 1) * 25 * 8
+    assert rss[-1] - rss[3] < 100 * 2**20
+    deadline = time.monotonic() + 10
+    while scheduler.tasks and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not scheduler.tasks  # everything released once simulate() returns

@@ -112,3 +112,64 @@ def test_bad_input_to_one_shot_apis(no_cluster):
 def test_bad_initial_condition_parameters(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_store_inside_a_file_is_refused(no_cluster, tmp_path):
+    blocker = tmp_path / "results"
+    blocker.write_text("not a folder")
+    with pytest.raises(ValueError, match="is a file"):
+        nbody_dask.simulate(_good(), steps=1, dt=0.1, store=blocker / "run.zarr")
+    assert blocker.read_text() == "not a folder"
+
+
+@pytest.fixture
+def finished_store(client, tmp_path):
+    store = tmp_path / "done.zarr"
+    nbody_dask.simulate(_good(), steps=4, dt=0.01, store=store, snapshot_every=2,
+                        client=client, progress=False)
+    return store
+
+
+def _corrupt_marker(store):
+    import zarr
+    zarr.open_group(store, mode="r+", use_consolidated=False)["nbody"].attrs["committed"] = 99
+
+
+def _delete_array(store):
+    import shutil
+    shutil.rmtree(store / "velocity")
+
+
+def _garble_root_metadata(store):
+    (store / "zarr.json").write_text("{ not json")
+
+
+@pytest.mark.parametrize(("damage", "match"), [
+    (_corrupt_marker, r"damaged: commit marker says committed=99 of snapshots=3"),
+    (_delete_array, r"damaged"),
+    (_garble_root_metadata, r"not an nbody_dask trajectory store|damaged"),
+])
+def test_damaged_store_is_reported(client, finished_store, damage, match):
+    damage(finished_store)
+    with pytest.raises(ValueError, match=match):
+        nbody_dask.open_trajectory(finished_store)
+    with pytest.raises(ValueError, match=match):
+        nbody_dask.simulate(store=finished_store, resume=True, client=client)
+
+
+def test_resume_of_another_dtype_or_size_is_refused(client, finished_store):
+    with pytest.raises(ValueError, match=r"resume: dtype='float32' differs .*'float64'"):
+        nbody_dask.simulate(store=finished_store, resume=True, dtype="float32", client=client)
+    with pytest.raises(ValueError, match=r"resume: tile_size=3 differs"):
+        nbody_dask.simulate(store=finished_store, resume=True, tile_size=3, client=client)
+    with pytest.raises(ValueError, match=r"resume: steps=10 differs from the store's steps=4"):
+        nbody_dask.simulate(store=finished_store, resume=True, steps=10, client=client)
+
+
+def test_conflicting_options(no_cluster, store):
+    with pytest.raises(ValueError, match="resume=True needs store="):
+        nbody_dask.simulate(resume=True)
+    with pytest.raises(TypeError, match=r"simulate\(\) needs bodies, steps, dt"):
+        nbody_dask.simulate()
+    with pytest.raises(TypeError, match="callback must be callable"):
+        nbody_dask.simulate(_good(), steps=1, dt=0.1, callback=3)
