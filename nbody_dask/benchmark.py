@@ -28,9 +28,15 @@ def _stats(rates: list[float]) -> dict[str, float]:
 
 
 def kernel_rate(n_targets: int = 4096, n_sources: int = 65536, dtype: str = "float32",
-                reps: int = 5, seed: int = 0) -> dict[str, Any]:
-    """One thread, one tile pair: Gint/s of :func:`nbody_dask.kernels.cpu.accel_tile`."""
-    from .kernels.cpu import accel_tile
+                reps: int = 5, seed: int = 0, backend: str = "cpu") -> dict[str, Any]:
+    """One tile pair, in this process: Gint/s of the ``accel_tile`` kernel of ``backend``.
+
+    The CPU kernel runs on one thread; the CUDA kernel's time includes its host-device
+    copies (as a task pays them today).
+    """
+    from .backends import tile_kernels
+
+    accel_tile = tile_kernels(backend).accel_tile
 
     ftype = np.dtype(dtype).type
     rng = np.random.default_rng(seed)
@@ -44,13 +50,13 @@ def kernel_rate(n_targets: int = 4096, n_sources: int = 65536, dtype: str = "flo
         t0 = time.perf_counter()
         accel_tile(*targets, xs, ys, zs, ms, eps2)
         rates.append(n_targets * n_sources / (time.perf_counter() - t0) / 1e9)
-    return {"kind": "kernel", "dtype": dtype, "n_targets": n_targets,
+    return {"kind": "kernel", "backend": backend, "dtype": dtype, "n_targets": n_targets,
             "n_sources": n_sources, "threads": 1, "gint_s": _stats(rates)}
 
 
 def simulate_rate(n: int, steps: int = 30, dtype: str = "float32", snapshot_every: int = 10,
                   tile_size: int | None = None, client: Any = None,
-                  store_dir: str | Path | None = None) -> dict[str, Any]:
+                  store_dir: str | Path | None = None, backend: str = "auto") -> dict[str, Any]:
     """Steady-state time per step of :func:`nbody_dask.simulate`, snapshots included.
 
     One run of ``steps`` steps; the clock runs from the completion of the first snapshot
@@ -71,13 +77,15 @@ def simulate_rate(n: int, steps: int = 30, dtype: str = "float32", snapshot_ever
         traj = simulate(bodies, steps=steps, dt=1 / 256, softening=0.01,
                         store=Path(tmp) / "bench.zarr", snapshot_every=snapshot_every,
                         dtype=dtype, tile_size=tile_size, client=c, progress=False,
+                        backend=backend,
                         callback=lambda step, _: marks.append((time.perf_counter(), step)))
         tile = traj.attrs["tile_size"]
         threads = sum(c.nthreads().values())
     (t0, s0), (t1, s1) = next(m for m in marks if m[1] >= snapshot_every), marks[-1]
     per_step = (t1 - t0) / (s1 - s0)
     rate = n * n / per_step / 1e9
-    return {"kind": "simulate", "dtype": dtype, "n": n, "tile_size": tile, "threads": threads,
+    return {"kind": "simulate", "backend": traj.attrs["backend"], "dtype": dtype, "n": n,
+            "tile_size": tile, "threads": threads,
             "steps": steps, "timed_steps": s1 - s0, "snapshot_every": snapshot_every,
             "seconds_per_step": per_step, "gint_s": rate,
             "gflops": FLOP_PER_INTERACTION * rate}

@@ -245,8 +245,11 @@ def split_tiles(bodies: xr.Dataset, tile_size: int, dtype: type[np.floating]) ->
     ]
 
 
-def auto_tile_size(n: int, threads: int) -> int:
+def auto_tile_size(n: int, threads: int, backend: str = "cpu") -> int:
     """Default tile size for ``n`` bodies on a cluster with ``threads`` worker threads.
+
+    On GPUs (``backend="cuda"``) tiles are large (>= 65,536 bodies, at most 4 per step's
+    row) so that each kernel launch runs long against its transfers.
 
     Up to 4,096 bodies the whole system is one tile: a step then costs ~10 ms of kernel,
     about one Dask round trip, and runs as a fused task of many steps. Beyond that, enough
@@ -254,6 +257,8 @@ def auto_tile_size(n: int, threads: int) -> int:
     long (tiles of >= 2,048 bodies) so that Dask's ~1 ms per-task cost stays small; tiles grow
     with ``n`` to hold the task count (``tiles**2`` per step) at most 256.
     """
+    if backend == "cuda":
+        return max(1, min(n, max(65_536, math.ceil(n / 4))))
     if n <= 4096:
         return max(n, 1)
     threads = max(1, int(threads))

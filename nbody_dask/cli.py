@@ -146,9 +146,11 @@ def info(store: str) -> None:
               help="Steps per run; the first 10 (and the start-up) are not timed.")
 @click.option("--reference", type=click.Path(file_okay=False), default=None,
               help="Folder of refbench.py [default: ../shared/bench when present].")
+@click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
+              show_default=True, help="Kernel backend of the simulate() runs.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the results to this JSON file.")
-def bench(sizes, dtype, steps, reference, json_path) -> None:
+def bench(sizes, dtype, steps, reference, backend, json_path) -> None:
     """Measure kernel and simulate() throughput, with ratios to the C reference."""
     import json
     import os
@@ -160,20 +162,24 @@ def bench(sizes, dtype, steps, reference, json_path) -> None:
         if reference and refbench is None:
             raise click.ClickException(f"no refbench.py in {reference!r}")
         results = []
-        kernel = benchmark.kernel_rate(dtype=dtype)
         ref_kernel = "plain_f64" if dtype == "float64" else "avx512_j"
-        if refbench is not None:
-            kernel["reference"] = benchmark.reference_rate(refbench, 65_536, 1, ref_kernel)
+        if backend == "cuda":
+            kernel = benchmark.kernel_rate(262_144, 262_144, dtype=dtype, backend="cuda")
+            click.echo(_rate_line("CUDA kernel, 262144 x 262144, copies included", kernel))
+        else:
+            kernel = benchmark.kernel_rate(dtype=dtype)
+            if refbench is not None:
+                kernel["reference"] = benchmark.reference_rate(refbench, 65_536, 1, ref_kernel)
+            click.echo(_rate_line("kernel, 1 thread, 4096 x 65536", kernel))
         results.append(kernel)
-        click.echo(_rate_line("kernel, 1 thread, 4096 x 65536", kernel))
         threads = os.cpu_count() or 1
         for n in sizes:
-            run = benchmark.simulate_rate(n, steps=steps, dtype=dtype)
+            run = benchmark.simulate_rate(n, steps=steps, dtype=dtype, backend=backend)
             if refbench is not None:
                 run["reference"] = benchmark.reference_rate(refbench, n, run["threads"],
                                                             ref_kernel)
             results.append(run)
-            click.echo(_rate_line(f"simulate N={n}, tile {run['tile_size']}, "
+            click.echo(_rate_line(f"simulate N={n}, {run['backend']}, tile {run['tile_size']}, "
                                   f"{run['threads']} threads, "
                                   f"{run['seconds_per_step'] * 1e3:.0f} ms/step", run))
         if json_path:

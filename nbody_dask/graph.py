@@ -21,10 +21,10 @@ import numpy as np
 from dask import delayed
 from dask.delayed import Delayed
 
+from .backends import tile_kernels
 from .bodies import Tile
 from .diagnostics import tile_diagnostics
 from .integrators import close_step, open_step
-from .kernels.cpu import accel_potential_tile, accel_tile
 from .storage import write_tile
 
 __all__ = ["StepPlan", "lazy", "eager", "pair_forces", "sum_in_order", "force_graph",
@@ -47,6 +47,8 @@ class StepPlan:
         Gravitational constant.
     split_every : int
         Fan-in of the reduction tree (>= 2).
+    backend : {"cpu", "cuda", "auto"}
+        Kernel of the tile-pair tasks (see :mod:`nbody_dask.backends`).
     """
 
     token: str
@@ -54,24 +56,27 @@ class StepPlan:
     softening: float
     G: float = 1.0
     split_every: int = 8
+    backend: str = "cpu"
 
     def key(self, stage: str, step: int, *index: int) -> str:
         return "-".join(["nbody", stage, self.token, str(step), *map(str, index)])
 
 
-def pair_forces(target: Tile, source: Tile, softening: float, with_potential: bool) -> np.ndarray:
+def pair_forces(target: Tile, source: Tile, softening: float, with_potential: bool,
+                backend: str = "cpu") -> np.ndarray:
     """Partial forces (G = 1) on ``target`` due to ``source``; one kernel call.
 
     Returns an array of shape (3, n_target), or (4, n_target) with the potential in row 3.
     """
+    kernels = tile_kernels(backend)
     ftype = target.position.dtype.type
     eps2 = ftype(softening) * ftype(softening)
     xt, yt, zt = target.position
     xs, ys, zs = source.position
     if with_potential:
         diagonal = target.start == source.start
-        return accel_potential_tile(xt, yt, zt, xs, ys, zs, source.mass, eps2, diagonal)
-    return accel_tile(xt, yt, zt, xs, ys, zs, source.mass, eps2)
+        return kernels.accel_potential_tile(xt, yt, zt, xs, ys, zs, source.mass, eps2, diagonal)
+    return kernels.accel_tile(xt, yt, zt, xs, ys, zs, source.mass, eps2)
 
 
 def sum_in_order(*parts: np.ndarray) -> np.ndarray:
@@ -117,7 +122,7 @@ def force_graph(tiles: Sequence, plan: StepPlan, step: int, with_potential: bool
     partials = []
     for i, target in enumerate(tiles):
         row = [
-            call(pair_forces, target, source, plan.softening, with_potential,
+            call(pair_forces, target, source, plan.softening, with_potential, plan.backend,
                  key=plan.key("pair", step, i, j))
             for j, source in enumerate(tiles)
         ]

@@ -36,6 +36,7 @@ from distributed.scheduler import KilledWorker
 
 from . import __version__, config
 from ._validate import check_int, check_real
+from .backends import check_backend, cluster_backend
 from .bodies import as_bodies, auto_tile_size, resolve_dtype, split_tiles
 from .clusters import client_context, total_threads
 from .diagnostics import as_record
@@ -96,6 +97,7 @@ def simulate(
     dtype: str | None = None,
     tile_size: int | None = None,
     split_every: int | None = None,
+    backend: str | None = None,
     client: Client | None = None,
     overwrite: bool = False,
     resume: bool = False,
@@ -133,6 +135,9 @@ def simulate(
         Bodies per tile; chosen from N and the cluster's threads by default.
     split_every : int, optional
         Fan-in of the reduction tree; ``nbody.split-every`` (8) by default.
+    backend : {"auto", "cpu", "cuda"}, optional
+        Kernel of the tile-pair tasks; ``nbody.backend`` ("auto": the CUDA kernel on workers
+        with a GPU, the CPU kernel elsewhere) by default. See :mod:`nbody_dask.backends`.
     client : distributed.Client, optional
         Cluster to run on. None starts a :func:`nbody_dask.clusters.local` cluster bound
         to 127.0.0.1 and closes it afterwards.
@@ -188,6 +193,7 @@ def simulate(
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable, got {callback!r}")
     show_progress = bool(config.get("progress", progress))
+    backend = check_backend(config.get("backend", backend))
     given = dict(steps=steps, dt=dt, softening=softening, G=G, snapshot_every=snapshot_every,
                  dtype=dtype, tile_size=tile_size, split_every=split_every)
     if resume:
@@ -201,18 +207,20 @@ def simulate(
         with client_context(client) as c:
             if client is None and show_progress:
                 print(f"Dask dashboard: {c.dashboard_link}", file=sys.stderr)
-            tile = cfg.tile_size or auto_tile_size(start.n, total_threads(c))
+            backend = cluster_backend(c, backend)
+            tile = cfg.tile_size or auto_tile_size(start.n, total_threads(c), backend)
             if not resume:
                 create_store(path, start.bodies, snapshot_steps=cfg.snapshot_steps(),
                              t0=start.t0, dt=cfg.dt, dtype=resolve_dtype(cfg.dtype),
-                             tile_size=tile, attrs=_store_attrs(cfg, tile, start.bodies))
+                             tile_size=tile,
+                             attrs=_store_attrs(cfg, tile, backend, start.bodies))
             with _progress(show_progress, cfg.steps) as report, _sigterm_flag() as stop:
                 def on_complete(step: int, record: dict | None) -> None:
                     report(step, record)
                     if callback is not None:
                         callback(step, record)
 
-                _run_with_restarts(c, start, tile, path, on_complete, stop)
+                _run_with_restarts(c, start, tile, backend, path, on_complete, stop)
         traj = open_trajectory(path)
         return traj.load(scheduler="synchronous") if temporary else traj
 
@@ -303,14 +311,14 @@ def load_snapshot(path: Path, index: int) -> xr.Dataset:
 _RECOVERABLE = (FutureCancelledError, KilledWorker, CommClosedError, CancelledError)
 
 
-def _run_with_restarts(c: Client, start: _Start, tile: int, path: Path, on_complete,
-                       stop: threading.Event) -> None:
+def _run_with_restarts(c: Client, start: _Start, tile: int, backend: str, path: Path,
+                       on_complete, stop: threading.Event) -> None:
     """Run to the end; after a lost worker, restart from the last committed snapshot."""
     max_restarts = int(config.get("max-restarts"))
     restarts = 0
     while True:
         try:
-            _run(c, start, tile, path, on_complete, stop)
+            _run(c, start, tile, backend, path, on_complete, stop)
             return
         except _RECOVERABLE as exc:
             restarts += 1
@@ -328,7 +336,7 @@ def _run_with_restarts(c: Client, start: _Start, tile: int, path: Path, on_compl
                 start = _Start(start.cfg, path, 0, start.bodies, start.t0)
 
 
-def _run(c: Client, start: _Start, tile: int, path: Path, on_complete,
+def _run(c: Client, start: _Start, tile: int, backend: str, path: Path, on_complete,
          stop: threading.Event) -> None:
     """The step loop from snapshot ``start.index``: submit graphs ahead, commit in order."""
     cfg = start.cfg
@@ -346,7 +354,7 @@ def _run(c: Client, start: _Start, tile: int, path: Path, on_complete,
     pending: deque[tuple[int, int | None, Any]] = deque()
     committer = SnapshotCommitter(path)
     plan = StepPlan(_run_token(start.bodies, cfg, tile, str(path.resolve()), start.index),
-                    cfg.dt, cfg.softening, cfg.G, cfg.split_every)
+                    cfg.dt, cfg.softening, cfg.G, cfg.split_every, backend)
 
     def submit_snapshot(state: list[Future], step: int) -> None:
         index = snapshot_index[step]
@@ -487,7 +495,8 @@ def _start_time(bodies: Any) -> float:
     return 0.0
 
 
-def _store_attrs(cfg: RunConfig, tile_size: int, ds: xr.Dataset) -> dict[str, Any]:
+def _store_attrs(cfg: RunConfig, tile_size: int, backend: str,
+                 ds: xr.Dataset) -> dict[str, Any]:
     return {
         "title": "nbody_dask trajectory",
         "G": cfg.G,
@@ -498,19 +507,22 @@ def _store_attrs(cfg: RunConfig, tile_size: int, ds: xr.Dataset) -> dict[str, An
         "units": ds.attrs.get("units", "N-body (Henon) units: G = M = 1, E = -1/4"),
         "snapshot_every": cfg.snapshot_every or cfg.steps,
         "tile_size": tile_size,
+        "backend": backend,
         "nbody_dask_version": __version__,
         "config": json.dumps(asdict(cfg)),
     }
 
 
-def _one_shot(bodies, softening, G, dtype, tile_size, client, with_potential):
+def _one_shot(bodies, softening, G, dtype, tile_size, backend, client, with_potential):
     """Evaluate forces once on the cluster and gather the tiles (small outputs only)."""
     cfg = _run_config(0, 1.0, softening, G, None, dtype, tile_size, None)
+    backend = check_backend(config.get("backend", backend))
     ds = as_bodies(bodies)
     with client_context(client) as c:
-        tile = cfg.tile_size or auto_tile_size(ds.sizes["body"], total_threads(c))
+        backend = cluster_backend(c, backend)
+        tile = cfg.tile_size or auto_tile_size(ds.sizes["body"], total_threads(c), backend)
         plan = StepPlan(_run_token(ds, cfg, tile), 1.0, cfg.softening, cfg.G,
-                        cfg.split_every)
+                        cfg.split_every, backend)
         tiles = c.scatter(split_tiles(ds, tile, resolve_dtype(cfg.dtype)), hash=False)
         forced = initial_graph(tiles, plan, with_potential)
         if with_potential:
@@ -526,6 +538,7 @@ def accelerations(
     G: float = 1.0,
     dtype: str | None = None,
     tile_size: int | None = None,
+    backend: str | None = None,
     client: Client | None = None,
 ) -> np.ndarray:
     """Gravitational accelerations of all bodies: one force evaluation on the cluster.
@@ -537,7 +550,8 @@ def accelerations(
     ndarray, shape (n, 3)
         In the run's dtype.
     """
-    tiles = _one_shot(bodies, softening, G, dtype, tile_size, client, with_potential=False)
+    tiles = _one_shot(bodies, softening, G, dtype, tile_size, backend, client,
+                      with_potential=False)
     return np.concatenate([t.acceleration for t in tiles], axis=1).T.copy()
 
 
@@ -548,11 +562,13 @@ def potential_energy(
     G: float = 1.0,
     dtype: str | None = None,
     tile_size: int | None = None,
+    backend: str | None = None,
     client: Client | None = None,
 ) -> float:
     """Total potential energy ``-G sum_{i<j} m_i m_j / sqrt(r_ij^2 + eps^2)``.
 
     Parameters are those of :func:`simulate`. Accumulated in float64 across tiles.
     """
-    vector = _one_shot(bodies, softening, G, dtype, tile_size, client, with_potential=True)
+    vector = _one_shot(bodies, softening, G, dtype, tile_size, backend, client,
+                       with_potential=True)
     return float(vector[1])

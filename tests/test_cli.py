@@ -68,3 +68,32 @@ def test_unknown_key_in_config(runner, tmp_path):
     config.write_text("stepz = 3\n")
     result = runner.invoke(main, ["run", "--config", str(config)])
     assert result.exit_code == 2 and "unknown option(s)" in result.output
+
+
+def test_bench_writes_json(runner, tmp_path, monkeypatch):
+    import json
+
+    from nbody_dask import benchmark
+
+    monkeypatch.setattr(benchmark, "find_reference", lambda path=None: None)
+    out = tmp_path / "bench.json"
+    result = runner.invoke(main, ["bench", "--n", "600", "--steps", "20", "--dtype", "float64",
+                                  "--backend", "cpu", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    kernel, run = data["results"]
+    assert kernel["kind"] == "kernel" and kernel["gint_s"]["median"] > 0
+    assert run["kind"] == "simulate" and run["n"] == 600 and run["timed_steps"] == 10
+    assert run["gint_s"] == pytest.approx(600**2 / run["seconds_per_step"] / 1e9)
+    assert "Gint/s" in result.output
+
+
+def test_resume_command(runner, tmp_path):
+    store = tmp_path / "r.zarr"
+    args = ["run", "--ic", "kepler", "--steps", "6", "--snapshot-every", "2", "--store",
+            str(store), "--no-progress"]
+    assert runner.invoke(main, args).exit_code == 0
+    result = runner.invoke(main, ["resume", str(store), "--no-progress"])
+    assert result.exit_code == 0 and "4 committed" in result.output
+    missing = runner.invoke(main, ["resume", str(tmp_path / "none.zarr"), "--no-progress"])
+    assert missing.exit_code == 1 and "no trajectory store" in missing.output

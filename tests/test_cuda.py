@@ -1,0 +1,128 @@
+"""The CUDA kernel and backend selection. CI has no GPU: the kernel runs in Numba's CUDA
+simulator, which must be enabled before Numba is imported, so these tests drive a fresh
+Python process with ``NUMBA_ENABLE_CUDASIM=1``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import nbody_dask
+
+pytestmark = pytest.mark.gpu
+
+
+def _in_simulator(code: str, timeout: float = 600) -> dict:
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_cuda_kernel_matches_cpu_kernel_in_simulator():
+    """N in {1, 31, 200}, sources not filling the last 128-thread block, both dtypes."""
+    result = _in_simulator("""
+        import json, numpy as np
+        from nbody_dask.kernels import cpu, cuda
+        assert cuda.available()
+        out = {}
+        for dtype in (np.float32, np.float64):
+            for nt, ns in ((1, 1), (31, 31), (200, 200), (5, 130)):
+                rng = np.random.default_rng(nt + ns)
+                t = [rng.random(nt).astype(dtype) for _ in range(3)]
+                s = [rng.random(ns).astype(dtype) for _ in range(4)]
+                eps2 = dtype(1e-4)
+                for diagonal in (False, True):
+                    if diagonal and nt != ns:
+                        continue
+                    src = t + [s[3]] if diagonal else s
+                    g = cuda.accel_potential_tile(*t, *src, eps2, diagonal)
+                    c = cpu.accel_potential_tile(*t, *src, eps2, diagonal)
+                    a = cuda.accel_tile(*t, *src, eps2)
+                    assert g.dtype == dtype and a.shape == (3, nt)
+                    # round-off scale: the result, or the largest single term m / eps
+                    term = src[3].max() / np.sqrt(eps2)
+                    scale = np.abs(c).max(axis=1, keepdims=True) + term
+                    key = f"{np.dtype(dtype).name}-{nt}-{ns}-{diagonal}"
+                    out[key] = [float((np.abs(g - c) / scale).max()),
+                                float((np.abs(a - c[:3]) / scale[:3]).max())]
+        print(json.dumps(out))
+    """)
+    for key, (err_full, err_accel) in result.items():
+        tol = 2e-6 if key.startswith("float32") else 1e-13  # float32 round-off of N terms
+        assert err_full <= tol and err_accel <= tol, (key, err_full, err_accel)
+
+
+def test_zero_softening_is_finite_in_simulator():
+    result = _in_simulator("""
+        import json, numpy as np
+        from nbody_dask.kernels import cuda
+        x = np.array([0.0, 0.0, 1.0], np.float32); z = np.zeros(3, np.float32)
+        out = cuda.accel_potential_tile(x, z, z, x, z, z, np.ones(3, np.float32),
+                                        np.float32(0), True)
+        print(json.dumps(out.tolist()))
+    """)
+    out = np.array(result)
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out[0], [1.0, 1.0, -2.0])
+
+
+def test_simulate_with_cuda_backend_in_simulator():
+    """End to end: the tile-pair tasks run the CUDA kernel, other tasks as usual."""
+    result = _in_simulator("""
+        import json, numpy as np
+        from distributed import Client, LocalCluster
+        import nbody_dask
+        ds = nbody_dask.plummer(150, seed=1)
+        with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                          dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as c:
+            kw = dict(steps=3, dt=1 / 64, softening=0.05, tile_size=100, dtype="float32",
+                      client=c, progress=False)
+            gpu = nbody_dask.simulate(ds, backend="cuda", **kw)
+            cpu = nbody_dask.simulate(ds, backend="cpu", **kw)
+        diff = np.abs(gpu.position.values - cpu.position.values).max()
+        print(json.dumps({"diff": float(diff), "backend": gpu.attrs["backend"]}))
+    """)
+    assert result["backend"] == "cuda"
+    assert result["diff"] <= 1e-5
+
+
+def test_cuda_backend_without_gpu_fails_at_once(client):
+    from nbody_dask.kernels.cuda import available
+
+    if available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(RuntimeError, match=r"backend='cuda' needs a CUDA GPU on every worker"):
+        nbody_dask.simulate(nbody_dask.uniform_cube(8), steps=1, dt=0.1, backend="cuda",
+                            client=client, progress=False)
+
+
+def test_auto_backend_falls_back_to_cpu(client):
+    from nbody_dask.kernels.cuda import available
+
+    if available():
+        pytest.skip("this machine has a GPU")
+    traj = nbody_dask.simulate(nbody_dask.uniform_cube(8), steps=1, dt=0.1, backend="auto",
+                               client=client, progress=False)
+    assert traj.attrs["backend"] == "cpu"
+
+
+def test_unknown_backend_is_refused():
+    with pytest.raises(ValueError, match=r"backend must be one of .*got 'tpu'"):
+        nbody_dask.simulate(nbody_dask.uniform_cube(8), steps=1, dt=0.1, backend="tpu")
+
+
+def test_import_does_not_load_cuda():
+    code = ("import sys, nbody_dask; "
+            "print('nbody_dask.kernels.cuda' in sys.modules, 'numba.cuda' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["False", "False"]
