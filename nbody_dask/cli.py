@@ -43,6 +43,16 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None)
     return value
 
 
+def _cluster_options(command):
+    """--scheduler / --scheduler-file: run on an existing cluster instead of a local one."""
+    command = click.option(
+        "--scheduler-file", type=click.Path(dir_okay=False), default=None,
+        help="Scheduler file of a running cluster (as written by dask scheduler).")(command)
+    return click.option(
+        "--scheduler", default=None, metavar="ADDRESS",
+        help="Address of a running Dask scheduler [default: start a local cluster].")(command)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="nbody-dask")
 def main() -> None:
@@ -72,11 +82,10 @@ def main() -> None:
 @click.option("--store", type=click.Path(), default="run.zarr", show_default=True,
               help="Zarr store to write.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing store.")
-@click.option("--scheduler", default=None, metavar="ADDRESS",
-              help="Address of a running Dask scheduler [default: start a local cluster].")
+@_cluster_options
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, tile_size,
-        store, overwrite, scheduler, progress) -> None:
+        store, overwrite, scheduler, scheduler_file, progress) -> None:
     """Run a simulation and write its trajectory to a Zarr store."""
     import nbody_dask
 
@@ -87,23 +96,25 @@ def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, 
             bodies = nbody_dask.uniform_cube(n, seed=seed)
         else:
             bodies = nbody_dask.kepler(eccentricity)
-        _simulate_and_report(scheduler, store, bodies, steps=steps, dt=dt, softening=softening,
+        _simulate_and_report(scheduler, scheduler_file, store, bodies, steps=steps, dt=dt,
+                             softening=softening,
                              snapshot_every=snapshot_every, dtype=dtype, tile_size=tile_size,
                              overwrite=overwrite, progress=progress)
 
 
 @main.command()
 @click.argument("store", type=click.Path())
-@click.option("--scheduler", default=None, metavar="ADDRESS",
-              help="Address of a running Dask scheduler [default: start a local cluster].")
+@_cluster_options
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
-def resume(store, scheduler, progress) -> None:
+def resume(store, scheduler, scheduler_file, progress) -> None:
     """Continue the run in STORE from its last committed snapshot."""
     with _errors_as_messages():
-        _simulate_and_report(scheduler, store, None, resume=True, progress=progress)
+        _simulate_and_report(scheduler, scheduler_file, store, None, resume=True,
+                             progress=progress)
 
 
-def _simulate_and_report(scheduler: str | None, store: str, bodies: Any, **kwargs: Any) -> None:
+def _simulate_and_report(scheduler: str | None, scheduler_file: str | None, store: str,
+                         bodies: Any, **kwargs: Any) -> None:
     """Run :func:`nbody_dask.simulate` (on ``scheduler`` if given) and print a summary.
 
     SIGTERM (Slurm's warning before a walltime kill) ends the run cleanly: the snapshots in
@@ -111,10 +122,11 @@ def _simulate_and_report(scheduler: str | None, store: str, bodies: Any, **kwarg
     """
     import nbody_dask
 
+    from .clusters import connect
+
     client = None
-    if scheduler is not None:
-        from distributed import Client
-        client = Client(scheduler, timeout="10s")
+    if scheduler is not None or scheduler_file is not None:
+        client = connect(scheduler, scheduler_file=scheduler_file)
     try:
         traj = nbody_dask.simulate(bodies, store=store, client=client, **kwargs)
     except nbody_dask.SimulationInterrupted as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +17,7 @@ from distributed import Client, LocalCluster
 
 from . import config
 
-__all__ = ["local", "client_context", "total_threads"]
+__all__ = ["local", "slurm", "cuda", "connect", "client_context", "total_threads"]
 
 
 def local(
@@ -45,6 +46,69 @@ def local(
     kwargs.setdefault("dashboard_address", defaults["dashboard-address"])
     kwargs.setdefault("silence_logs", logging.WARNING)
     return LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, **kwargs)
+
+
+def _optional(module: str, extra: str, what: str):
+    """Import an optional back end, or fail at once saying which extra to install."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(f"{what} needs {module.split('.')[0].replace('_', '-')}: "
+                          f"pip install 'nbody-dask[{extra}]' ({exc})") from None
+
+
+def slurm(jobs: int = 1, **kwargs: Any):
+    """A dask-jobqueue ``SLURMCluster``: each Slurm job runs Dask workers.
+
+    Parameters
+    ----------
+    jobs : int
+        Jobs to submit at once (``cluster.scale(jobs=...)``); 0 to scale later.
+    **kwargs
+        Passed to :class:`dask_jobqueue.SLURMCluster`; anything not given is read from the
+        standard ``jobqueue.slurm`` configuration (see ``deploy/slurm/jobqueue.yaml``):
+        ``cores``, ``memory``, ``queue``, ``account``, ``walltime``, ``interface``, ...
+        The job scripts use this Python (``python=sys.executable``) unless told otherwise.
+    """
+    jobqueue = _optional("dask_jobqueue", "slurm", "nbody_dask.clusters.slurm")
+    kwargs.setdefault("python", sys.executable)
+    cluster = jobqueue.SLURMCluster(**kwargs)
+    if jobs:
+        cluster.scale(jobs=jobs)
+    return cluster
+
+
+def cuda(**kwargs: Any):
+    """A dask-cuda ``LocalCUDACluster``: one worker per GPU of this machine, on loopback."""
+    dask_cuda = _optional("dask_cuda", "gpu", "nbody_dask.clusters.cuda")
+    kwargs.setdefault("host", "127.0.0.1")
+    kwargs.setdefault("dashboard_address", "127.0.0.1:0")
+    return dask_cuda.LocalCUDACluster(**kwargs)
+
+
+def connect(address: str | None = None, *, scheduler_file: str | None = None,
+            timeout: str = "10s", **kwargs: Any) -> Client:
+    """A client of a running scheduler, by address or scheduler file; fails within ``timeout``.
+
+    Raises
+    ------
+    ValueError
+        Unless exactly one of ``address`` and ``scheduler_file`` is given.
+    OSError
+        If the scheduler cannot be reached in time (with the address in the message).
+    """
+    if (address is None) == (scheduler_file is None):
+        raise ValueError("connect() needs exactly one of address= and scheduler_file=")
+    target = address if address is not None else f"scheduler file {scheduler_file!r}"
+    if scheduler_file is not None and not os.path.exists(scheduler_file):
+        raise FileNotFoundError(f"no scheduler file at {scheduler_file!r}")
+    try:
+        return Client(address, scheduler_file=scheduler_file, timeout=timeout, **kwargs)
+    except (OSError, TimeoutError) as exc:
+        raise OSError(f"cannot reach the Dask scheduler at {target} within {timeout}: "
+                      f"{exc}") from None
 
 
 @contextlib.contextmanager
