@@ -44,7 +44,12 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None)
 
 
 def _cluster_options(command):
-    """--scheduler / --scheduler-file: run on an existing cluster instead of a local one."""
+    """--cluster, --scheduler, --scheduler-file: where the run's workers come from."""
+    command = click.option(
+        "--cluster", "cluster_kind", type=click.Choice(["local", "slurm", "cuda", "kubernetes"]),
+        default="local", show_default=True,
+        help="Kind of cluster to start (slurm: dask-jobqueue, configured by jobqueue.yaml; "
+             "cuda: dask-cuda; kubernetes: the dask-kubernetes operator).")(command)
     command = click.option(
         "--scheduler-file", type=click.Path(dir_okay=False), default=None,
         help="Scheduler file of a running cluster (as written by dask scheduler).")(command)
@@ -85,7 +90,7 @@ def main() -> None:
 @_cluster_options
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, tile_size,
-        store, overwrite, scheduler, scheduler_file, progress) -> None:
+        store, overwrite, cluster_kind, scheduler, scheduler_file, progress) -> None:
     """Run a simulation and write its trajectory to a Zarr store."""
     import nbody_dask
 
@@ -96,8 +101,8 @@ def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, 
             bodies = nbody_dask.uniform_cube(n, seed=seed)
         else:
             bodies = nbody_dask.kepler(eccentricity)
-        _simulate_and_report(scheduler, scheduler_file, store, bodies, steps=steps, dt=dt,
-                             softening=softening,
+        _simulate_and_report(cluster_kind, scheduler, scheduler_file, store, bodies,
+                             steps=steps, dt=dt, softening=softening,
                              snapshot_every=snapshot_every, dtype=dtype, tile_size=tile_size,
                              overwrite=overwrite, progress=progress)
 
@@ -106,15 +111,15 @@ def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, 
 @click.argument("store", type=click.Path())
 @_cluster_options
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
-def resume(store, scheduler, scheduler_file, progress) -> None:
+def resume(store, cluster_kind, scheduler, scheduler_file, progress) -> None:
     """Continue the run in STORE from its last committed snapshot."""
     with _errors_as_messages():
-        _simulate_and_report(scheduler, scheduler_file, store, None, resume=True,
-                             progress=progress)
+        _simulate_and_report(cluster_kind, scheduler, scheduler_file, store, None,
+                             resume=True, progress=progress)
 
 
-def _simulate_and_report(scheduler: str | None, scheduler_file: str | None, store: str,
-                         bodies: Any, **kwargs: Any) -> None:
+def _simulate_and_report(cluster_kind: str, scheduler: str | None, scheduler_file: str | None,
+                         store: str, bodies: Any, **kwargs: Any) -> None:
     """Run :func:`nbody_dask.simulate` (on ``scheduler`` if given) and print a summary.
 
     SIGTERM (Slurm's warning before a walltime kill) ends the run cleanly: the snapshots in
@@ -122,20 +127,25 @@ def _simulate_and_report(scheduler: str | None, scheduler_file: str | None, stor
     """
     import nbody_dask
 
-    from .clusters import connect
+    from distributed import Client
 
-    client = None
-    if scheduler is not None or scheduler_file is not None:
-        client = connect(scheduler, scheduler_file=scheduler_file)
-    try:
-        traj = nbody_dask.simulate(bodies, store=store, client=client, **kwargs)
-    except nbody_dask.SimulationInterrupted as exc:
-        click.echo(f"nbody-dask: {exc}", err=True)
-        sys.exit(143)
-    finally:
-        if client is not None:
-            client.close()
-    click.echo(_summary(store, traj))
+    from .clusters import connect, make
+
+    if cluster_kind != "local" and (scheduler or scheduler_file):
+        raise click.UsageError("--cluster cannot be combined with --scheduler/--scheduler-file")
+    with contextlib.ExitStack() as stack:
+        client = None
+        if scheduler is not None or scheduler_file is not None:
+            client = stack.enter_context(connect(scheduler, scheduler_file=scheduler_file))
+        elif cluster_kind != "local":
+            cluster = stack.enter_context(make(cluster_kind))
+            client = stack.enter_context(Client(cluster))
+        try:
+            traj = nbody_dask.simulate(bodies, store=store, client=client, **kwargs)
+        except nbody_dask.SimulationInterrupted as exc:
+            click.echo(f"nbody-dask: {exc}", err=True)
+            sys.exit(143)
+        click.echo(_summary(store, traj))
 
 
 @main.command()
@@ -242,7 +252,7 @@ def _errors_as_messages() -> Iterator[None]:
     """Turn the library's input errors into click's one-line messages (exit code 1)."""
     try:
         yield
-    except (ValueError, TypeError, OSError) as exc:
+    except (ValueError, TypeError, OSError, ImportError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from None
 
 

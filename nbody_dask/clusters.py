@@ -17,7 +17,8 @@ from distributed import Client, LocalCluster
 
 from . import config
 
-__all__ = ["local", "slurm", "cuda", "connect", "client_context", "total_threads"]
+__all__ = ["KINDS", "make", "local", "slurm", "cuda", "kubernetes", "connect", "client_context",
+           "total_threads"]
 
 
 def local(
@@ -86,6 +87,36 @@ def cuda(**kwargs: Any):
     kwargs.setdefault("host", "127.0.0.1")
     kwargs.setdefault("dashboard_address", "127.0.0.1:0")
     return dask_cuda.LocalCUDACluster(**kwargs)
+
+
+def kubernetes(**kwargs: Any):
+    """A dask-kubernetes operator ``KubeCluster`` (needs the operator in the cluster).
+
+    Parameters are those of :class:`dask_kubernetes.operator.KubeCluster` (``name``,
+    ``image``, ``n_workers``, ``resources``, ...); see ``deploy/kubernetes``.
+    """
+    operator = _optional("dask_kubernetes.operator", "kubernetes",
+                         "nbody_dask.clusters.kubernetes")
+    kwargs.setdefault("name", "nbody-dask")
+    return operator.KubeCluster(**kwargs)
+
+
+KINDS = {"local": local, "slurm": slurm, "cuda": cuda, "kubernetes": kubernetes}
+
+
+def make(kind: str, **kwargs: Any):
+    """A cluster of the given kind: ``"local"``, ``"slurm"``, ``"cuda"`` or ``"kubernetes"``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown kind, listing the known ones.
+    ImportError
+        If the kind's optional package is missing, naming the extra to install.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"cluster kind must be one of {sorted(KINDS)}, got {kind!r}")
+    return KINDS[kind](**kwargs)
 
 
 def connect(address: str | None = None, *, scheduler_file: str | None = None,

@@ -1,0 +1,99 @@
+"""Cluster helpers: TLS end to end, clear and fast failures for bad configuration."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+from distributed.security import Security
+
+import nbody_dask
+from nbody_dask import clusters
+
+
+def test_tls_cluster_runs_and_refuses_clients_without_credentials(tmp_path):
+    pytest.importorskip("cryptography")
+    security = Security.temporary()
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, protocol="tls",
+                      host="127.0.0.1", security=security,
+                      dashboard_address="127.0.0.1:0") as cluster:
+        assert cluster.scheduler_address.startswith("tls://127.0.0.1:")
+        with Client(cluster, security=security) as client:
+            traj = nbody_dask.simulate(nbody_dask.plummer(200, seed=1), steps=5, dt=0.01,
+                                       softening=0.05, tile_size=100, client=client,
+                                       store=tmp_path / "tls.zarr", progress=False)
+            assert np.isfinite(traj.position.values).all()
+        with pytest.raises((OSError, TimeoutError, TypeError)):
+            Client(cluster.scheduler_address, timeout="3s")  # no credentials at all
+        with pytest.raises((OSError, TimeoutError)):  # a certificate of another authority
+            Client(cluster.scheduler_address, security=Security.temporary(), timeout="3s")
+        plain = cluster.scheduler_address.replace("tls://", "tcp://")
+        with pytest.raises((OSError, TimeoutError)):
+            Client(plain, timeout="3s")
+
+
+def test_unknown_cluster_kind():
+    with pytest.raises(ValueError, match=r"cluster kind must be one of .*got 'pbs'"):
+        clusters.make("pbs")
+
+
+def test_unreachable_scheduler_fails_within_seconds():
+    start = time.monotonic()
+    with pytest.raises(OSError, match="cannot reach the Dask scheduler at tcp://127.0.0.1:9"):
+        clusters.connect("tcp://127.0.0.1:9", timeout="2s")
+    assert time.monotonic() - start < 10
+
+
+def test_missing_scheduler_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no scheduler file"):
+        clusters.connect(scheduler_file=str(tmp_path / "scheduler.json"))
+    with pytest.raises(ValueError, match="exactly one of"):
+        clusters.connect()
+
+
+@pytest.mark.parametrize(("kind", "module", "extra"), [("kubernetes", "dask_kubernetes",
+                                                        "kubernetes"),
+                                                       ("cuda", "dask_cuda", "gpu")])
+def test_missing_optional_package_says_which_extra(kind, module, extra):
+    if importlib.util.find_spec(module) is not None:
+        pytest.skip(f"{module} is installed")
+    start = time.monotonic()
+    with pytest.raises(ImportError, match=rf"pip install 'nbody-dask\[{extra}\]'"):
+        clusters.make(kind)
+    assert time.monotonic() - start < 5
+
+
+def test_slurm_job_script_uses_this_python_and_config():
+    pytest.importorskip("dask_jobqueue")
+    import sys
+
+    import dask
+
+    with dask.config.set({"jobqueue.slurm.cores": 4, "jobqueue.slurm.processes": 1,
+                          "jobqueue.slurm.memory": "8GB",
+                          "jobqueue.slurm.walltime": "00:42:00"}):
+        with clusters.slurm(jobs=0, interface="lo",
+                            scheduler_options={"interface": "lo",
+                                               "dashboard_address": "127.0.0.1:0"}) as cluster:
+            script = cluster.job_script()
+    assert sys.executable in script
+    assert "#SBATCH -t 00:42:00" in script and "--cpus-per-task=4" in script
+    assert "--nthreads 4" in script and "--interface lo" in script
+
+
+def test_cli_cluster_errors_are_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from nbody_dask.cli import main
+
+    runner = CliRunner()
+    result = runner.invoke(main, ["run", "--cluster", "slurm", "--scheduler", "tcp://x:1",
+                                  "--store", str(tmp_path / "a.zarr")])
+    assert result.exit_code == 2 and "cannot be combined" in result.output
+    result = runner.invoke(main, ["run", "--scheduler", "tcp://127.0.0.1:9", "--no-progress",
+                                  "--store", str(tmp_path / "b.zarr")])
+    assert result.exit_code == 1 and "cannot reach the Dask scheduler" in result.output
+    assert "Traceback" not in result.output
