@@ -406,8 +406,18 @@ def _run(c: Client, start: _Start, tile: int, backend: str, path: Path, on_compl
                 complete(pending.popleft())
         while pending:
             complete(pending.popleft())
-    finally:
         committer.flush()
+    except _RECOVERABLE:  # (CommClosedError is an OSError too: keep this first)
+        committer.flush(quietly=True)
+        raise
+    except OSError as exc:  # disk full, store removed or made read-only mid-run
+        committer.flush(quietly=True)
+        raise OSError(exc.errno, f"writing to the store {str(path)!r} failed ({exc}); "
+                      f"{committer.committed} snapshot(s) are committed and intact: fix the "
+                      "cause, then resume") from exc
+    except BaseException:
+        committer.flush(quietly=True)
+        raise
     if stop.is_set():
         raise SimulationInterrupted(path, committer.committed)
 

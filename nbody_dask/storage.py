@@ -113,9 +113,10 @@ def create_store(
             "position": (("time", "body", "axis"), lazy((n_snap, n, 3), state_chunks, dtype)),
             "velocity": (("time", "body", "axis"), lazy((n_snap, n, 3), state_chunks, dtype)),
             "mass": ("body", bodies["mass"].values.astype(dtype)),
-            **{k: ("time", lazy((n_snap,), (diag_chunk,), np.float64)) for k in _SCALARS},
-            **{k: (("time", "axis"), lazy((n_snap, 3), (diag_chunk, 3), np.float64))
-               for k in _VECTORS},
+            # Diagnostics are written now (NaN), so their chunk files exist before a disk can
+            # fill up: committing later rewrites them in place.
+            **{k: ("time", np.full(n_snap, np.nan)) for k in _SCALARS},
+            **{k: (("time", "axis"), np.full((n_snap, 3), np.nan)) for k in _VECTORS},
         },
         coords={
             "time": ("time", t0 + steps * dt, {"units": TIME_UNITS, "long_name": "time"}),
@@ -175,7 +176,7 @@ class SnapshotCommitter:
         self._committed = int(self._marker.attrs["committed"])
         self._buffer: list[dict[str, Any]] = []
         self._interval = interval
-        self._last_flush = time.monotonic()
+        self._last_flush = -float("inf")  # the first snapshot is committed at once
 
     @property
     def committed(self) -> int:
@@ -191,9 +192,19 @@ class SnapshotCommitter:
         if time.monotonic() - self._last_flush >= self._interval:
             self.flush()
 
-    def flush(self) -> None:
-        """Write the queued diagnostics, then advance the commit marker past them."""
+    def flush(self, quietly: bool = False) -> None:
+        """Write the queued diagnostics, then advance the commit marker past them.
+
+        With ``quietly``, a failing write (a full disk, say) leaves the marker where it was
+        instead of raising: used while another error is already being reported.
+        """
         if not self._buffer:
+            return
+        if quietly:
+            try:
+                self.flush()
+            except OSError:
+                pass
             return
         lo, hi = self._committed, self._committed + len(self._buffer)
         for name, array in self._arrays.items():

@@ -30,9 +30,6 @@ def test_tls_cluster_runs_and_refuses_clients_without_credentials(tmp_path):
             Client(cluster.scheduler_address, timeout="3s")  # no credentials at all
         with pytest.raises((OSError, TimeoutError)):  # a certificate of another authority
             Client(cluster.scheduler_address, security=Security.temporary(), timeout="3s")
-        plain = cluster.scheduler_address.replace("tls://", "tcp://")
-        with pytest.raises((OSError, TimeoutError)):
-            Client(plain, timeout="3s")
 
 
 def test_unknown_cluster_kind():

@@ -173,3 +173,46 @@ def test_conflicting_options(no_cluster, store):
         nbody_dask.simulate()
     with pytest.raises(TypeError, match="callback must be callable"):
         nbody_dask.simulate(_good(), steps=1, dt=0.1, callback=3)
+
+
+@pytest.fixture
+def tiny_mount(tmp_path):
+    """A small tmpfs (root only; skipped where mounting is not allowed)."""
+    import subprocess
+
+    mounts = []
+
+    def mount(options):
+        target = tmp_path / f"mnt{len(mounts)}"
+        target.mkdir()
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(target)],
+                              capture_output=True)
+        if proc.returncode != 0:
+            pytest.skip("cannot mount a tmpfs here (needs root)")
+        mounts.append(target)
+        return target
+
+    yield mount
+    for target in mounts:
+        subprocess.run(["umount", str(target)], check=False)
+
+
+def test_read_only_location_is_refused_before_work(no_cluster, tiny_mount):
+    target = tiny_mount("ro,size=256k")
+    with pytest.raises(PermissionError, match="is not writable"):
+        nbody_dask.simulate(_good(), steps=1, dt=0.1, store=target / "run.zarr")
+
+
+def test_full_disk_keeps_committed_snapshots(client, tiny_mount):
+    """The disk fills mid-run: a clear error, committed snapshots intact and readable."""
+    target = tiny_mount("size=1m")
+    store = target / "run.zarr"
+    ds = nbody_dask.uniform_cube(2000, seed=1)  # ~100 KB per snapshot: full after ~8 of 41
+    with pytest.raises(OSError, match=r"writing to the store .* failed .*No space left.* "
+                                      r"committed and intact: fix the cause, then resume"):
+        nbody_dask.simulate(ds, steps=40, dt=1e-3, store=store, snapshot_every=1,
+                            client=client, progress=False)
+    traj = nbody_dask.open_trajectory(store).load()
+    assert 1 <= traj.sizes["time"] < 41
+    assert np.isfinite(traj.position.values).all()
+    np.testing.assert_array_equal(traj.position.values[0], ds.position.values)
