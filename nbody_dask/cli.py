@@ -222,15 +222,13 @@ def _rate_line(label: str, result: dict) -> str:
 
 
 def _summary(store: str, traj: Any) -> str:
-    from .storage import committed_snapshots
-
     attrs = traj.attrs
     n_snap = traj.sizes["time"]
     lines = [
         f"store        {store}",
         f"bodies       {traj.sizes['body']}  ({attrs['dtype']}, G = {attrs['G']}, "
         f"softening = {attrs['softening']})",
-        f"snapshots    {committed_snapshots(store)} committed",
+        f"snapshots    {n_snap} committed",  # open_trajectory shows committed ones only
     ]
     if n_snap:
         steps = traj.step.values

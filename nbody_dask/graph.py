@@ -2,7 +2,8 @@
 reduction of their partial forces, then the per-tile integrator updates.
 
 For ``T`` tiles a step is ``T`` drift tasks, ``T**2`` tile-pair tasks, ``T`` kick tasks and, when
-``T > split_every``, ``ceil(T / split_every)`` combine tasks per level of the reduction tree.
+``T > split_every``, ``ceil(T / split_every)`` combine tasks per target tile and level of the
+reduction tree.
 Partials of target tile ``i`` are summed in source-index order within each combine task and the
 groups are fixed by index, so the floating-point result does not depend on the number of
 workers, the scheduling order or on retries: runs are bit-reproducible.

@@ -215,6 +215,27 @@ class SnapshotCommitter:
         self._last_flush = time.monotonic()
 
 
+def _open_root(path: str | os.PathLike) -> zarr.Group:
+    """The store's root group, read from disk (not from the consolidated metadata)."""
+    try:
+        return zarr.open_group(path, mode="r", use_consolidated=False)
+    except (FileNotFoundError, KeyError, ValueError, zarr.errors.BaseZarrError):
+        raise ValueError(f"{str(path)!r} is not an nbody_dask trajectory store") from None
+
+
+def _committed(root: zarr.Group, path: str | os.PathLike) -> int:
+    try:
+        marker = root[_MARKER_GROUP]
+    except (KeyError, ValueError, zarr.errors.BaseZarrError):
+        raise ValueError(f"{str(path)!r} is not an nbody_dask trajectory store") from None
+    committed = marker.attrs.get("committed")
+    total = marker.attrs.get("snapshots")
+    if not (isinstance(committed, int) and isinstance(total, int) and 0 <= committed <= total):
+        raise ValueError(f"store {str(path)!r} is damaged: commit marker says "
+                         f"committed={committed!r} of snapshots={total!r}")
+    return committed
+
+
 def committed_snapshots(path: str | os.PathLike) -> int:
     """Number of snapshots fully written to the store at ``path``.
 
@@ -223,16 +244,7 @@ def committed_snapshots(path: str | os.PathLike) -> int:
     ValueError
         If ``path`` is not an nbody_dask store, or its commit marker is damaged.
     """
-    try:
-        marker = zarr.open_group(path, mode="r", use_consolidated=False)[_MARKER_GROUP]
-    except (FileNotFoundError, KeyError, ValueError, zarr.errors.BaseZarrError):
-        raise ValueError(f"{str(path)!r} is not an nbody_dask trajectory store") from None
-    committed = marker.attrs.get("committed")
-    total = marker.attrs.get("snapshots")
-    if not (isinstance(committed, int) and isinstance(total, int) and 0 <= committed <= total):
-        raise ValueError(f"store {str(path)!r} is damaged: commit marker says "
-                         f"committed={committed!r} of snapshots={total!r}")
-    return committed
+    return _committed(_open_root(path), path)
 
 
 def open_trajectory(path: str | os.PathLike) -> xr.Dataset:
@@ -258,13 +270,14 @@ def open_trajectory(path: str | os.PathLike) -> xr.Dataset:
     """
     if not Path(path).exists():
         raise FileNotFoundError(f"no trajectory store at {str(path)!r}")
-    committed = committed_snapshots(path)
+    root = _open_root(path)
+    committed = _committed(root, path)
     try:
         ds = xr.open_zarr(path)
     except Exception as exc:  # zarr and xarray raise many kinds here
         raise ValueError(f"store {str(path)!r} is damaged: {type(exc).__name__}: {exc}") from None
     # Consolidated metadata would hide an array deleted from disk: list the real members.
-    on_disk = set(zarr.open_group(path, mode="r", use_consolidated=False).array_keys())
+    on_disk = set(root.array_keys())
     missing = sorted({"position", "velocity", "mass", *_SCALARS, *_VECTORS} - on_disk)
     if missing or "config" not in ds.attrs:
         what = f"variables {missing}" if missing else "the config attribute"
