@@ -16,7 +16,15 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 
 from . import config  # noqa: E402, F401  (loads the nbody defaults into dask.config)
 from .bodies import as_bodies, make_bodies  # noqa: E402
-from .initial_conditions import kepler, plummer, uniform_cube  # noqa: E402
+from . import initial_conditions  # noqa: E402
+from .initial_conditions import (  # noqa: E402
+    cold_collapse,
+    exponential_disk,
+    kepler,
+    merger,
+    plummer,
+    uniform_cube,
+)
 from .simulation import (  # noqa: E402
     SimulationInterrupted,
     accelerations,
@@ -37,4 +45,8 @@ __all__ = [
     "plummer",
     "uniform_cube",
     "kepler",
+    "cold_collapse",
+    "merger",
+    "exponential_disk",
+    "initial_conditions",
 ]

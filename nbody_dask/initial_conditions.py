@@ -7,6 +7,7 @@ returns a body set (see :mod:`nbody_dask.bodies`) centred on its centre of mass,
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -14,7 +15,17 @@ import xarray as xr
 from ._validate import check_int, check_real
 from .bodies import make_bodies
 
-__all__ = ["uniform_cube", "plummer", "kepler"]
+__all__ = [
+    "uniform_cube",
+    "plummer",
+    "kepler",
+    "cold_collapse",
+    "merger",
+    "exponential_disk",
+    "freeman_circular_speed",
+    "GENERATORS",
+    "generate",
+]
 
 HENON_UNITS = "N-body (Henon) units: G = M = 1, E = -1/4"
 
@@ -22,6 +33,14 @@ HENON_UNITS = "N-body (Henon) units: G = M = 1, E = -1/4"
 def _centred(pos: np.ndarray, vel: np.ndarray, mass: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     w = mass / mass.sum()
     return pos - w @ pos, vel - w @ vel
+
+
+def _finish(pos: np.ndarray, vel: np.ndarray, mass: np.ndarray, **attrs) -> xr.Dataset:
+    """Centre on the centre of mass, at rest, and build the body set with its attributes."""
+    pos, vel = _centred(pos, vel, mass)
+    ds = make_bodies(pos, vel, mass)
+    ds.attrs.update(attrs)
+    return ds
 
 
 def uniform_cube(n: int, seed: int = 0, *, side: float = 1.0) -> xr.Dataset:
@@ -41,10 +60,8 @@ def uniform_cube(n: int, seed: int = 0, *, side: float = 1.0) -> xr.Dataset:
     rng = np.random.default_rng(seed)
     pos = (rng.random((n, 3)) - 0.5) * side
     mass = np.full(n, 1.0 / n)
-    pos, vel = _centred(pos, np.zeros_like(pos), mass)
-    ds = make_bodies(pos, vel, mass)
-    ds.attrs.update(initial_conditions="uniform_cube", seed=seed, units="G = 1, M = 1")
-    return ds
+    return _finish(pos, np.zeros_like(pos), mass, initial_conditions="uniform_cube", seed=seed,
+                   units="G = 1, M = 1")
 
 
 def plummer(n: int, seed: int = 0, *, max_mass_fraction: float = 0.999) -> xr.Dataset:
@@ -82,11 +99,8 @@ def plummer(n: int, seed: int = 0, *, max_mass_fraction: float = 0.999) -> xr.Da
     pos *= a
     vel /= math.sqrt(a)
     mass = np.full(n, 1.0 / n)
-    pos, vel = _centred(pos, vel, mass)
-    ds = make_bodies(pos, vel, mass)
-    ds.attrs.update(initial_conditions="plummer", seed=seed, units=HENON_UNITS,
-                    scale_radius=a)
-    return ds
+    return _finish(pos, vel, mass, initial_conditions="plummer", seed=seed, units=HENON_UNITS,
+                   scale_radius=a)
 
 
 def _isotropic(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -161,3 +175,233 @@ def kepler(
         units=f"G = {G}",
     )
     return ds
+
+
+def cold_collapse(n: int, seed: int = 0, *, virial_ratio: float = 0.0) -> xr.Dataset:
+    """A homogeneous sphere that starts (nearly) at rest: the classic cold-collapse test.
+
+    In Hénon units: total mass 1 and, for the continuum sphere, energy -1/4. A uniform sphere
+    of radius ``R`` has ``W = -3 / (5 R)``; with ``2K / |W| = virial_ratio`` the energy is
+    ``W (1 - virial_ratio / 2)``, so ``R = 12/5 (1 - virial_ratio / 2)`` (2.4 when cold).
+
+    Parameters
+    ----------
+    n : int
+        Number of bodies (>= 1), equal masses ``1 / n``.
+    seed : int
+        Seed of :func:`numpy.random.default_rng`.
+    virial_ratio : float
+        ``2K / |W|`` of the start, ``0 <= virial_ratio < 2`` (0: exactly cold). Velocities are
+        isotropic Gaussian, scaled to that ratio of the continuum sphere's ``W``.
+    """
+    n = check_int("n", n, 1)
+    q = check_real("virial_ratio", virial_ratio, nonnegative=True)
+    if q >= 2:
+        raise ValueError(f"virial_ratio must be < 2 for a bound sphere, got {q!r}")
+    rng = np.random.default_rng(seed)
+    radius = 12.0 / 5.0 * (1.0 - q / 2.0)
+    pos = (radius * rng.random(n) ** (1.0 / 3.0))[:, None] * _isotropic(rng, n)
+    mass = np.full(n, 1.0 / n)
+    vel = np.zeros_like(pos)
+    if q > 0:
+        vel = rng.standard_normal((n, 3))
+        vel -= vel.mean(axis=0)
+        kinetic = q * (3.0 / (5.0 * radius)) / 2.0
+        vel *= math.sqrt(kinetic / (0.5 * np.sum(mass * (vel**2).sum(axis=1))))
+    return _finish(pos, vel, mass, initial_conditions="cold_collapse", seed=seed,
+                   units=HENON_UNITS, radius=radius, virial_ratio=q)
+
+
+def merger(
+    n: int,
+    seed: int = 0,
+    *,
+    mass_ratio: float = 1.0,
+    separation: float = 10.0,
+    impact_parameter: float = 0.0,
+    relative_speed: float | None = None,
+) -> xr.Dataset:
+    """Two Plummer spheres on a collision course: a galaxy-merger set-up.
+
+    Each sphere is a :func:`plummer` sphere with the same size as the Hénon-units one (virial
+    radius 1 at mass 1) and velocities scaled to its mass; together they weigh 1. Bodies have
+    equal masses, so the spheres get bodies in proportion to their masses. The relative orbit
+    starts at ``(separation, impact_parameter, 0)`` with velocity ``(-relative_speed, 0, 0)``
+    in the centre-of-mass frame.
+
+    Parameters
+    ----------
+    n : int
+        Total number of bodies (>= 2).
+    seed : int
+        Seed of the first sphere; the second uses ``seed + 1``.
+    mass_ratio : float
+        Mass of the second sphere over the first (0 < mass_ratio <= 1).
+    separation : float
+        Initial distance of the centres along x (> 0).
+    impact_parameter : float
+        Offset of the centres along y (>= 0).
+    relative_speed : float, optional
+        Approach speed; by default that of a parabolic orbit of two point masses,
+        ``sqrt(2 G M / r)`` with ``r`` the initial distance of the centres.
+    """
+    n = check_int("n", n, 2)
+    mass_ratio = check_real("mass_ratio", mass_ratio, positive=True)
+    if mass_ratio > 1:
+        raise ValueError(f"mass_ratio must be <= 1 (second sphere the lighter), got {mass_ratio!r}")
+    separation = check_real("separation", separation, positive=True)
+    impact_parameter = check_real("impact_parameter", impact_parameter, nonnegative=True)
+    rel_pos = np.array([separation, impact_parameter, 0.0])
+    distance = float(np.linalg.norm(rel_pos))
+    if relative_speed is None:
+        relative_speed = math.sqrt(2.0 / distance)
+    relative_speed = check_real("relative_speed", relative_speed, nonnegative=True)
+    m2 = mass_ratio / (1.0 + mass_ratio)
+    n2 = min(max(1, round(n * m2)), n - 1)
+    parts = []
+    for count, part_seed in ((n - n2, seed), (n2, seed + 1)):
+        sphere, mass = plummer(count, seed=part_seed), count / n
+        parts.append((sphere.position.values, sphere.velocity.values * math.sqrt(mass),
+                      np.full(count, 1.0 / n)))
+    rel_vel = np.array([-relative_speed, 0.0, 0.0])
+    (p1, v1, mass1), (p2, v2, mass2) = parts
+    total1, total2 = mass1.sum(), mass2.sum()
+    pos = np.concatenate([p1 - total2 * rel_pos, p2 + total1 * rel_pos])
+    vel = np.concatenate([v1 - total2 * rel_vel, v2 + total1 * rel_vel])
+    return _finish(pos, vel, np.concatenate([mass1, mass2]), initial_conditions="merger",
+                   seed=seed, units=HENON_UNITS, mass_ratio=mass_ratio, separation=separation,
+                   impact_parameter=impact_parameter, relative_speed=relative_speed,
+                   bodies_per_sphere=[n - n2, n2])
+
+
+def _bessel_i(order: int, y: np.ndarray) -> np.ndarray:
+    """Modified Bessel function I_order(y), integer order: (1/pi) int_0^pi e^{y cos t} cos(nt)."""
+    t = np.linspace(0.0, math.pi, 257)
+    f = np.exp(np.multiply.outer(y, np.cos(t))) * np.cos(order * t)
+    return np.trapezoid(f, t, axis=-1) / math.pi
+
+
+def _bessel_k(order: int, y: np.ndarray) -> np.ndarray:
+    """Modified Bessel function K_order(y), y > 0: int_0^inf e^{-y cosh t} cosh(nt) dt."""
+    y = np.asarray(y, dtype=float)
+    t_max = np.arccosh(1.0 + 60.0 / y)  # the integrand is below e^-60 beyond
+    t = np.linspace(0.0, 1.0, 1025) * t_max[..., None]
+    f = np.exp(-y[..., None] * np.cosh(t)) * np.cosh(order * t)
+    return np.trapezoid(f, t, axis=-1)
+
+
+def freeman_circular_speed(radius: Any, *, mass: float = 1.0, scale_length: float = 1.0,
+                           G: float = 1.0) -> np.ndarray:
+    """Circular speed in the plane of a razor-thin exponential disk (Freeman 1970).
+
+    ``v_c^2 = 4 pi G Sigma_0 R_d y^2 [I0(y) K0(y) - I1(y) K1(y)]`` with ``y = R / (2 R_d)``
+    and ``Sigma_0 = M / (2 pi R_d^2)``.
+    """
+    r = np.asarray(radius, dtype=float)
+    y = np.maximum(r / (2.0 * scale_length), 1e-12)
+    sigma0 = mass / (2.0 * math.pi * scale_length**2)
+    bracket = _bessel_i(0, y) * _bessel_k(0, y) - _bessel_i(1, y) * _bessel_k(1, y)
+    return np.sqrt(np.maximum(4.0 * math.pi * G * sigma0 * scale_length * y * y * bracket, 0))
+
+
+def exponential_disk(
+    n: int,
+    seed: int = 0,
+    *,
+    scale_length: float = 1.0,
+    scale_height: float = 0.1,
+    toomre_q: float = 1.2,
+    truncation: float = 10.0,
+) -> xr.Dataset:
+    """A rotating exponential disk of total mass 1 (G = 1): a galaxy-like stellar disk.
+
+    Surface density ``Sigma(R) ~ exp(-R / R_d)`` (radii drawn from a Gamma(2) law), vertical
+    ``sech^2(z / z0)`` profile. Mean rotation follows the thin-disk circular speed of
+    :func:`freeman_circular_speed` with the epicyclic asymmetric-drift correction; radial
+    dispersion ``sigma_R ~ exp(-R / 2R_d)`` scaled to Toomre's ``Q`` at ``R = 2.43 R_d``,
+    ``sigma_phi = sigma_R kappa / (2 Omega)`` and ``sigma_z^2 = pi G Sigma z0`` (Hernquist
+    1993). There is no dark halo: a bare disk is bar-unstable after a few rotations, which is
+    physics, not a bug. Run it with softening of about ``scale_height``.
+
+    Parameters
+    ----------
+    n : int
+        Number of bodies (>= 1), equal masses ``1 / n``.
+    seed : int
+        Seed of :func:`numpy.random.default_rng`.
+    scale_length : float
+        Radial scale length ``R_d`` (> 0).
+    scale_height : float
+        Vertical scale height ``z0`` (> 0).
+    toomre_q : float
+        Toomre stability parameter at ``2.43 R_d`` (>= 0; 0 gives circular orbits in the
+        plane and only the vertical dispersion).
+    truncation : float
+        Largest radius, in scale lengths (> 1).
+    """
+    n = check_int("n", n, 1)
+    r_d = check_real("scale_length", scale_length, positive=True)
+    z0 = check_real("scale_height", scale_height, positive=True)
+    q = check_real("toomre_q", toomre_q, nonnegative=True)
+    truncation = check_real("truncation", truncation, positive=True)
+    if truncation <= 1:
+        raise ValueError(f"truncation must be > 1 scale length, got {truncation!r}")
+    rng = np.random.default_rng(seed)
+    radius = rng.gamma(2.0, r_d, n)
+    while (far := radius > truncation * r_d).any():
+        radius[far] = rng.gamma(2.0, r_d, int(far.sum()))
+    phi = rng.uniform(0.0, 2.0 * math.pi, n)
+    z = z0 * np.arctanh(rng.uniform(-1.0, 1.0, n))
+    # Rotation curve, epicyclic frequency and dispersions on a grid, interpolated to bodies.
+    grid = np.linspace(1e-3 * r_d, truncation * r_d, 2048)
+    v_c = freeman_circular_speed(grid, scale_length=r_d)
+    kappa = np.sqrt(np.maximum(2.0 * v_c / grid * (v_c / grid + np.gradient(v_c, grid)), 0))
+    sigma_surface = np.exp(-grid / r_d) / (2.0 * math.pi * r_d**2)
+    i_ref = np.searchsorted(grid, 2.43 * r_d)
+    sigma_r_ref = q * 3.36 * sigma_surface[i_ref] / kappa[i_ref]
+    sigma_r = sigma_r_ref * np.exp(-(grid - grid[i_ref]) / (2.0 * r_d))
+    omega = v_c / grid
+    sigma_phi = sigma_r * kappa / (2.0 * omega)
+    v_mean = np.sqrt(np.maximum(
+        v_c**2 + sigma_r**2 * (1.0 - kappa**2 / (4.0 * omega**2) - 2.0 * grid / r_d), 0.0))
+    sigma_z = np.sqrt(math.pi * sigma_surface * z0)
+    at = {name: np.interp(radius, grid, values) for name, values in
+          (("v", v_mean), ("s_r", sigma_r), ("s_phi", sigma_phi), ("s_z", sigma_z))}
+    v_radial = at["s_r"] * rng.standard_normal(n)
+    v_phi = at["v"] + at["s_phi"] * rng.standard_normal(n)
+    cos_p, sin_p = np.cos(phi), np.sin(phi)
+    pos = np.stack([radius * cos_p, radius * sin_p, z], axis=1)
+    vel = np.stack([v_radial * cos_p - v_phi * sin_p, v_radial * sin_p + v_phi * cos_p,
+                    at["s_z"] * rng.standard_normal(n)], axis=1)
+    return _finish(pos, vel, np.full(n, 1.0 / n), initial_conditions="exponential_disk",
+                   seed=seed, units=f"G = 1, M = 1, scale length = {r_d}",
+                   scale_length=r_d, scale_height=z0, toomre_q=q)
+
+
+GENERATORS = {
+    "plummer": plummer,
+    "uniform": uniform_cube,
+    "kepler": kepler,
+    "cold-collapse": cold_collapse,
+    "merger": merger,
+    "disk": exponential_disk,
+}
+
+
+def generate(kind: str, n: int | None = None, seed: int = 0, **params: Any) -> xr.Dataset:
+    """Initial conditions by name: one of :data:`GENERATORS` (the CLI's ``--ic`` values).
+
+    ``n`` and ``seed`` are ignored by ``kepler`` (always two bodies); ``params`` go to the
+    generator as keyword arguments.
+    """
+    if kind not in GENERATORS:
+        raise ValueError(f"initial conditions must be one of {sorted(GENERATORS)}, got {kind!r}")
+    make = GENERATORS[kind]
+    try:
+        if kind == "kepler":
+            return make(**params)
+        return make(n, seed, **params)
+    except TypeError as exc:
+        if "unexpected keyword" in str(exc):
+            raise TypeError(f"{kind} initial conditions: {exc}") from None
+        raise

@@ -499,6 +499,11 @@ def _run_token(*inputs: Any) -> str:
     return tokenize(*inputs, uuid.uuid4().hex)
 
 
+PHYSICAL_UNIT_ATTRS = ("length_unit", "mass_unit", "time_unit", "velocity_unit")
+"""Body-set attributes copied to the store, to declare what one code unit is physically
+(e.g. ``bodies.attrs["length_unit"] = "1 kpc"``); ``units`` is copied too."""
+
+
 def _start_time(bodies: Any) -> float:
     if isinstance(bodies, xr.Dataset) and "time" in bodies.coords and bodies["time"].ndim == 0:
         return check_real("bodies.time", bodies["time"].item())
@@ -520,6 +525,7 @@ def _store_attrs(cfg: RunConfig, tile_size: int, backend: str,
         "backend": backend,
         "nbody_dask_version": __version__,
         "config": json.dumps(asdict(cfg)),
+        **{k: ds.attrs[k] for k in PHYSICAL_UNIT_ATTRS if k in ds.attrs},
     }
 
 

@@ -136,9 +136,16 @@ def create_store(
                encoding=encoding)
     root = zarr.open_group(path, mode="r+", use_consolidated=False)
     root.create_group(_MARKER_GROUP, attributes={"committed": 0, "snapshots": n_snap})
+    consolidate_metadata(path)  # no metadata changes after this
+
+
+def consolidate_metadata(path: str | os.PathLike) -> None:
+    """Write consolidated metadata, so that a plain ``xr.open_zarr(path)`` reads it quietly.
+
+    Zarr notes that consolidated metadata is not yet part of the v3 specification; xarray
+    reads it and warns without it.
+    """
     with warnings.catch_warnings():
-        # Zarr notes that consolidated metadata is not yet in the v3 spec; xarray reads it
-        # (and warns without it), so we write it once: no metadata changes after this.
         warnings.filterwarnings("ignore", "Consolidated metadata", zarr.errors.ZarrUserWarning)
         zarr.consolidate_metadata(path)
 

@@ -16,6 +16,7 @@ from nbody_dask.storage import committed_snapshots
 def run(client, tmp_path_factory):
     path = tmp_path_factory.mktemp("store") / "run.zarr"
     ds0 = nbody_dask.plummer(300, seed=7)
+    ds0.attrs.update(length_unit="1 pc", mass_unit="1e4 solar_mass")
     traj = nbody_dask.simulate(ds0, steps=23, dt=1 / 128, softening=0.01, store=path,
                                snapshot_every=5, tile_size=128, dtype="float32",
                                client=client, progress=False)
@@ -44,7 +45,9 @@ def test_open_zarr_shows_the_schema(run):
     assert attrs["G"] == 1.0 and attrs["softening"] == 0.01 and attrs["dt"] == 1 / 128
     assert attrs["integrator"] == "leapfrog-kdk" and attrs["dtype"] == "float32"
     assert attrs["nbody_dask_version"] == nbody_dask.__version__
-    assert "units" in attrs
+    assert attrs["units"] == ds0.attrs["units"]
+    assert attrs["length_unit"] == "1 pc" and attrs["mass_unit"] == "1e4 solar_mass"
+    assert "time_unit" not in attrs  # copied only when declared
     assert json.loads(attrs["config"])["steps"] == 23
 
 

@@ -1,0 +1,132 @@
+"""Body sets on disk: load initial conditions from files, save generated ones.
+
+Formats, chosen by the path:
+
+* ``.npz`` (NumPy): arrays ``position`` (n, 3), optional ``velocity`` (n, 3) and ``mass`` (n,);
+* ``.nc`` / ``.nc4`` / ``.cdf`` (netCDF, through xarray), and
+* Zarr (a directory, or a name ending in ``.zarr``): a body set written by :func:`save_bodies`
+  or ``xr.Dataset.to_zarr``, or an nbody_dask trajectory, of which one committed snapshot
+  is taken (the last by default) with its time, so that a run continues from there.
+
+A dataset with a ``time`` dimension is treated as a trajectory too. Loaded sets are validated
+by :func:`nbody_dask.as_bodies` like any other input.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+import zarr
+
+from .bodies import as_bodies, make_bodies
+from .storage import _MARKER_GROUP, check_store_path, consolidate_metadata, open_trajectory
+
+__all__ = ["load_bodies", "save_bodies"]
+
+_NETCDF = (".nc", ".nc4", ".cdf", ".netcdf")
+
+
+def _format(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix == ".npz":
+        return "npz"
+    if suffix in _NETCDF:
+        return "netcdf"
+    if suffix == ".zarr" or path.is_dir():
+        return "zarr"
+    raise ValueError(f"cannot tell the format of {str(path)!r}: use a name ending in .npz, "
+                     f"{', '.join(_NETCDF)} or .zarr")
+
+
+def load_bodies(path: str | os.PathLike, *, snapshot: int = -1) -> xr.Dataset:
+    """Read a body set (initial conditions) from a file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A ``.npz``, netCDF or Zarr file; see the module docstring.
+    snapshot : int, default -1
+        Which snapshot of a trajectory to take (an index into its committed snapshots,
+        negative from the end). Ignored for plain body sets.
+
+    Returns
+    -------
+    xarray.Dataset
+        A validated body set; a snapshot keeps its scalar ``time``, which
+        :func:`nbody_dask.simulate` takes as the start time.
+
+    Raises
+    ------
+    FileNotFoundError
+        If nothing exists at ``path``.
+    ValueError
+        For an unknown format, missing variables, or a snapshot index out of range.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no body file at {str(path)!r}")
+    kind = _format(path)
+    if kind == "npz":
+        with np.load(path) as data:
+            if "position" not in data:
+                raise ValueError(f"{str(path)!r} has no 'position' array; it has "
+                                 f"{sorted(data.files)}")
+            arrays = {k: data[k] for k in ("position", "velocity", "mass") if k in data}
+        return make_bodies(**arrays)
+    if kind == "zarr" and (path / _MARKER_GROUP).is_dir():
+        ds = open_trajectory(path)
+    elif kind == "zarr":
+        consolidated = zarr.open_group(path, mode="r").metadata.consolidated_metadata
+        ds = xr.open_zarr(path, consolidated=consolidated is not None)
+    else:
+        ds = xr.open_dataset(path)
+    with ds:
+        if "time" in ds.dims:
+            count = ds.sizes["time"]
+            if not -count <= snapshot < count:
+                raise ValueError(f"snapshot must be in [{-count}, {count - 1}] for "
+                                 f"{str(path)!r} ({count} snapshots), got {snapshot!r}")
+            ds = ds.isel(time=snapshot)
+            ds = ds.drop_vars([v for v in ds.data_vars if "body" not in ds[v].dims])
+        bodies = as_bodies(ds.load())
+        if "time" in ds.coords and ds["time"].ndim == 0:
+            bodies = bodies.assign_coords(time=ds["time"].item())
+        return bodies
+
+
+def save_bodies(bodies: xr.Dataset, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
+    """Write a body set to ``.npz``, netCDF or Zarr (chosen by ``path``), for ``run --ic FILE``.
+
+    Raises
+    ------
+    FileExistsError
+        If ``path`` exists and ``overwrite`` is False.
+    ValueError
+        For an unknown format, or ``overwrite`` of a directory that is not a Zarr store.
+    """
+    ds = as_bodies(bodies)
+    path = Path(path)
+    kind = "zarr" if path.suffix.lower() == ".zarr" else _format(path)
+    if kind == "zarr":
+        check_store_path(path, overwrite)  # refuses to replace anything that is not Zarr
+        # object strings: Zarr v3's specified variable-length string type
+        ds = ds.assign_coords(axis=np.array(ds.axis.values, dtype=object))
+        ds.to_zarr(path, mode="w", zarr_format=3, consolidated=False)
+        consolidate_metadata(path)
+        return path
+    if path.is_dir():
+        raise ValueError(f"{str(path)!r} is a directory")
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{str(path)!r} exists; pass overwrite=True (--overwrite) to "
+                              "replace it")
+    if kind == "npz":
+        with open(path, "wb") as f:
+            np.savez(f, position=ds.position.values, velocity=ds.velocity.values,
+                     mass=ds.mass.values)
+    else:
+        ds.attrs = {k: (str(v) if isinstance(v, list) else v) for k, v in ds.attrs.items()}
+        ds.to_netcdf(path)
+    return path
