@@ -1,4 +1,4 @@
-"""The ``nbody-dask`` command line: ``run``, ``resume``, ``info``, ``bench``.
+"""The ``nbody-dask`` command line: ``run``, ``resume``, ``info``, ``ic``, ``plot``, ``bench``.
 
 Errors from bad options or input are one line on stderr and a non-zero exit code
 (2 for usage errors, 1 for everything else), never a traceback.
@@ -19,7 +19,18 @@ import yaml
 
 __all__ = ["main"]
 
-_INITIAL_CONDITIONS = ("plummer", "uniform", "kepler")
+def _initial_conditions(ic: str, n: int, seed: int, eccentricity: float):
+    """Bodies from a generator name, or from a file (see :mod:`nbody_dask.bodyfiles`)."""
+    from .bodyfiles import load_bodies
+    from .initial_conditions import GENERATORS, generate
+
+    if ic in GENERATORS:
+        params = {"eccentricity": eccentricity} if ic == "kepler" else {}
+        return generate(ic, n, seed, **params)
+    if not Path(ic).exists():
+        raise click.BadParameter(f"{ic!r} is neither one of {', '.join(GENERATORS)} nor an "
+                                 "existing file", param_hint="--ic")
+    return load_bodies(ic)
 
 
 def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
@@ -68,8 +79,9 @@ def main() -> None:
 @click.option("--config", type=click.Path(dir_okay=False), callback=_load_config,
               is_eager=True, expose_value=False,
               help="TOML or YAML file of option values (command-line options win).")
-@click.option("--ic", type=click.Choice(_INITIAL_CONDITIONS), default="plummer",
-              show_default=True, help="Initial conditions.")
+@click.option("--ic", default="plummer", show_default=True, metavar="KIND|FILE",
+              help="Initial conditions: plummer, uniform, kepler, cold-collapse, merger, disk, "
+                   "or a body file (.npz, .nc, .zarr, or a trajectory: its last snapshot).")
 @click.option("-n", "--n", "n", type=int, default=8192, show_default=True,
               help="Number of bodies (plummer, uniform).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
@@ -92,15 +104,8 @@ def main() -> None:
 def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, tile_size,
         store, overwrite, cluster_kind, scheduler, scheduler_file, progress) -> None:
     """Run a simulation and write its trajectory to a Zarr store."""
-    import nbody_dask
-
     with _errors_as_messages():
-        if ic == "plummer":
-            bodies = nbody_dask.plummer(n, seed=seed)
-        elif ic == "uniform":
-            bodies = nbody_dask.uniform_cube(n, seed=seed)
-        else:
-            bodies = nbody_dask.kepler(eccentricity)
+        bodies = _initial_conditions(ic, n, seed, eccentricity)
         _simulate_and_report(cluster_kind, scheduler, scheduler_file, store, bodies,
                              steps=steps, dt=dt, softening=softening,
                              snapshot_every=snapshot_every, dtype=dtype, tile_size=tile_size,
@@ -157,6 +162,66 @@ def info(store: str) -> None:
     with _errors_as_messages():
         traj = nbody_dask.open_trajectory(store)
         click.echo(_summary(store, traj))
+
+
+def _parse_params(_ctx, _param, values: tuple[str, ...]) -> dict[str, Any]:
+    params = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}")
+        params[key.strip().replace("-", "_")] = yaml.safe_load(value)
+    return params
+
+
+@main.command("ic")
+@click.argument("kind", type=click.Choice(["plummer", "uniform", "kepler", "cold-collapse",
+                                           "merger", "disk"]))
+@click.argument("output", type=click.Path())
+@click.option("-n", "--n", "n", type=int, default=8192, show_default=True,
+              help="Number of bodies (not kepler).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
+@click.option("-p", "--param", "params", multiple=True, callback=_parse_params,
+              metavar="KEY=VALUE", help="Generator parameter, e.g. -p toomre_q=1.5 "
+              "(repeatable; see the generator's docstring).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing file.")
+def ic_command(kind, output, n, seed, params, overwrite) -> None:
+    """Write initial conditions KIND to OUTPUT (.npz, .nc or .zarr), for run --ic OUTPUT."""
+    from .bodyfiles import save_bodies
+    from .initial_conditions import generate
+
+    with _errors_as_messages():
+        bodies = generate(kind, n, seed, **params)
+        save_bodies(bodies, output, overwrite=overwrite)
+        click.echo(f"wrote {bodies.sizes['body']} bodies ({kind}) to {output}")
+
+
+@main.command()
+@click.argument("store", type=click.Path())
+@click.option("--out", "directory", type=click.Path(file_okay=False), default=None,
+              help="Folder for the images [default: STORE without .zarr, plus -plots].")
+@click.option("--kind", "kinds", type=click.Choice(["positions", "conservation", "lagrangian",
+                                                    "animation"]),
+              multiple=True, help="Plots to make (repeatable) [default: all but animation].")
+@click.option("--snapshot", "snapshots", type=int, multiple=True,
+              help="Snapshot index for the positions plot (repeatable; negative from the end).")
+@click.option("--plane", type=click.Choice(["xy", "xz", "yz"]), default="xy", show_default=True)
+@click.option("--overwrite", is_flag=True, help="Replace existing images.")
+def plot(store, directory, kinds, snapshots, plane, overwrite) -> None:
+    """Plot a trajectory: positions, conservation, Lagrangian radii (PNG), animation (GIF)."""
+    import nbody_dask
+    from nbody_dask import plot as plots
+
+    with _errors_as_messages():
+        traj = nbody_dask.open_trajectory(store)
+        if directory is None:
+            directory = str(Path(store).with_suffix("")) + "-plots"
+        paths = plots.save_figures(traj, directory,
+                                   kinds or ("positions", "conservation", "lagrangian"),
+                                   snapshots=snapshots or None, plane=plane,
+                                   overwrite=overwrite)
+        for path in paths:
+            click.echo(f"wrote {path}")
 
 
 @main.command()

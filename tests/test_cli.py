@@ -42,7 +42,13 @@ def test_yaml_config(runner, tmp_path):
 @pytest.mark.parametrize(("args", "code", "message"), [
     (["run", "--dt", "-1", "--no-progress"], 1, "Error: dt must be > 0, got -1.0"),
     (["run", "--steps", "abc"], 2, "'abc' is not a valid integer"),
-    (["run", "--ic", "galaxy"], 2, "'galaxy' is not one of"),
+    (["run", "--ic", "galaxy"], 2, "'galaxy' is neither one of plummer"),
+    (["ic", "plummer", "ic.npz", "-p", "radius"], 2, "expected KEY=VALUE, got 'radius'"),
+    (["ic", "plummer", "ic.npz", "-p", "radius=2"], 1,
+     "plummer initial conditions: plummer() got an unexpected keyword argument 'radius'"),
+    (["ic", "disk", "ic.txt"], 1, "cannot tell the format of 'ic.txt'"),
+    (["ic", "disk", "ic.npz", "-n", "0"], 1, "Error: n must be >= 1, got 0"),
+    (["plot", "nowhere.zarr"], 1, "Error: no trajectory store at 'nowhere.zarr'"),
     (["run", "--config", "missing.toml"], 2, "cannot read 'missing.toml'"),
     (["info", "nowhere.zarr"], 1, "Error: no trajectory store at 'nowhere.zarr'"),
 ])
@@ -97,3 +103,36 @@ def test_resume_command(runner, tmp_path):
     assert result.exit_code == 0 and "4 committed" in result.output
     missing = runner.invoke(main, ["resume", str(tmp_path / "none.zarr"), "--no-progress"])
     assert missing.exit_code == 1 and "no trajectory store" in missing.output
+
+
+def test_ic_then_run_from_file_then_plot(runner, tmp_path):
+    from PIL import Image
+
+    ic_file = tmp_path / "disk.npz"
+    result = runner.invoke(main, ["ic", "disk", str(ic_file), "-n", "300", "-p", "toomre_q=1.5"])
+    assert result.exit_code == 0, result.output
+    assert "wrote 300 bodies (disk)" in result.output
+    again = runner.invoke(main, ["ic", "disk", str(ic_file), "-n", "300"])
+    assert again.exit_code == 1 and "exists; pass overwrite=True (--overwrite)" in again.output
+
+    store = tmp_path / "disk.zarr"
+    result = runner.invoke(main, ["run", "--ic", str(ic_file), "--steps", "20", "--dt", "0.01",
+                                  "--snapshot-every", "5", "--store", str(store),
+                                  "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert xr.open_zarr(store).sizes == {"time": 5, "body": 300, "axis": 3}
+
+    result = runner.invoke(main, ["plot", str(store), "--kind", "positions", "--kind",
+                                  "conservation", "--kind", "lagrangian", "--kind",
+                                  "animation", "--snapshot", "0", "--snapshot", "-1"])
+    assert result.exit_code == 0, result.output
+    folder = tmp_path / "disk-plots"
+    for name in ("positions.png", "conservation.png", "lagrangian.png", "animation.gif"):
+        with Image.open(folder / name) as image:
+            image.verify()  # a valid, complete image file
+            assert image.format == ("GIF" if name.endswith(".gif") else "PNG")
+    with Image.open(folder / "animation.gif") as image:
+        assert image.n_frames == 5
+    refused = runner.invoke(main, ["plot", str(store)])
+    assert refused.exit_code == 1 and "positions.png' exists" in refused.output
+    assert runner.invoke(main, ["plot", str(store), "--overwrite"]).exit_code == 0
