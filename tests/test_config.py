@@ -1,0 +1,58 @@
+"""The nbody namespace of dask.config: defaults, schema, environment overrides."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import dask.config
+import jsonschema
+import pytest
+import yaml
+
+from nbody_dask.config import DEFAULTS_FILE
+
+SCHEMA = yaml.safe_load(DEFAULTS_FILE.with_name("nbody-schema.yaml").read_text())
+DEFAULTS = yaml.safe_load(DEFAULTS_FILE.read_text())
+
+
+def test_defaults_validate_against_the_schema():
+    jsonschema.validate(DEFAULTS, SCHEMA)
+
+
+def test_every_key_is_described():
+    described = SCHEMA["properties"]["nbody"]["properties"]
+    assert set(described) == set(DEFAULTS["nbody"])
+    assert set(described["local-cluster"]["properties"]) == set(DEFAULTS["nbody"]["local-cluster"])
+
+
+@pytest.mark.parametrize("path, value", [
+    (("dtype",), "float16"),
+    (("split-every",), 1),
+    (("tile-size",), 0),
+    (("tile_size",), 64),  # a typo is an unknown key
+    (("local-cluster", "n-workers"), "two"),
+])
+def test_bad_values_are_rejected(path, value):
+    config = copy.deepcopy(DEFAULTS)
+    node = config["nbody"]
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(config, SCHEMA)
+
+
+def test_loaded_into_dask_config():
+    assert dask.config.get("nbody.split-every") == DEFAULTS["nbody"]["split-every"]
+
+
+def test_environment_overrides(monkeypatch):
+    monkeypatch.setenv("DASK_NBODY__DTYPE", "float32")
+    monkeypatch.setenv("DASK_NBODY__LOCAL_CLUSTER__N_WORKERS", "2")
+    out = subprocess.run(
+        [sys.executable, "-c", "import dask.config, nbody_dask; "
+         "print(dask.config.get('nbody.dtype'), dask.config.get('nbody.local-cluster.n-workers'))"],
+        capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["float32", "2"]
