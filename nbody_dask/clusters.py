@@ -89,16 +89,45 @@ def cuda(**kwargs: Any):
     return dask_cuda.LocalCUDACluster(**kwargs)
 
 
+_SPEC_KEYS = ("name", "image", "n_workers", "worker_cpu", "worker_memory", "gpus_per_worker",
+              "volume_claim", "mount_path", "env")
+
+
 def kubernetes(**kwargs: Any):
     """A dask-kubernetes operator ``KubeCluster`` (needs the operator in the cluster).
 
-    Parameters are those of :class:`dask_kubernetes.operator.KubeCluster` (``name``,
-    ``image``, ``n_workers``, ``resources``, ...); see ``deploy/kubernetes``.
+    Parameters
+    ----------
+    **kwargs
+        Those of :func:`nbody_dask.k8s.cluster_spec` (``image``, ``n_workers``,
+        ``worker_cpu``, ``worker_memory``, ``gpus_per_worker``, ``volume_claim``, ...;
+        defaults in ``nbody.kubernetes``) build the ``DaskCluster``; the rest (``namespace``,
+        ``shutdown_on_close``, ``resource_timeout``, ...) go to
+        :class:`dask_kubernetes.operator.KubeCluster`. See ``deploy/kubernetes``.
+
+    Raises
+    ------
+    ValueError
+        For a bad spec value (no image, say), before anything is contacted.
+    RuntimeError
+        If no Kubernetes credentials or API server can be found.
     """
+    from . import k8s
+
+    spec = k8s.cluster_spec(**{k: kwargs.pop(k) for k in _SPEC_KEYS if k in kwargs})
     operator = _optional("dask_kubernetes.operator", "kubernetes",
                          "nbody_dask.clusters.kubernetes")
-    kwargs.setdefault("name", "nbody-dask")
-    return operator.KubeCluster(**kwargs)
+    kwargs.setdefault("resource_timeout", 60)
+    before = set(operator.KubeCluster._instances)
+    try:
+        return operator.KubeCluster(custom_cluster_spec=spec, **kwargs)
+    except Exception as exc:
+        if "credentials" in str(exc).lower() or "kubeconfig" in str(exc).lower():
+            for stillborn in set(operator.KubeCluster._instances) - before:
+                stillborn.shutdown_on_close = False  # nothing was created: no atexit reaping
+            raise RuntimeError(f"nbody_dask.clusters.kubernetes: no Kubernetes cluster to talk "
+                               f"to ({exc}); set KUBECONFIG or run inside a pod") from None
+        raise
 
 
 KINDS = {"local": local, "slurm": slurm, "cuda": cuda, "kubernetes": kubernetes}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import sys
 import time
 
 import numpy as np
@@ -51,15 +51,19 @@ def test_missing_scheduler_file(tmp_path):
         clusters.connect()
 
 
-@pytest.mark.parametrize(("kind", "module", "extra"), [("kubernetes", "dask_kubernetes",
-                                                        "kubernetes"),
-                                                       ("cuda", "dask_cuda", "gpu")])
-def test_missing_optional_package_says_which_extra(kind, module, extra):
-    if importlib.util.find_spec(module) is not None:
-        pytest.skip(f"{module} is installed")
+@pytest.mark.parametrize(("kind", "module", "extra", "kwargs"), [
+    ("kubernetes", "dask_kubernetes", "kubernetes", {"image": "nbody-dask:test"}),
+    ("cuda", "dask_cuda", "gpu", {}),
+    ("slurm", "dask_jobqueue", "slurm", {}),
+])
+def test_missing_optional_package_says_which_extra(monkeypatch, kind, module, extra, kwargs):
+    for name in list(sys.modules):  # hide the package even where it is installed
+        if name == module or name.startswith(module + "."):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, module, None)
     start = time.monotonic()
     with pytest.raises(ImportError, match=rf"pip install 'nbody-dask\[{extra}\]'"):
-        clusters.make(kind)
+        clusters.make(kind, **kwargs)
     assert time.monotonic() - start < 5
 
 
@@ -79,6 +83,21 @@ def test_slurm_job_script_uses_this_python_and_config():
     assert sys.executable in script
     assert "#SBATCH -t 00:42:00" in script and "--cpus-per-task=4" in script
     assert "--nthreads 4" in script and "--interface lo" in script
+
+
+def test_slurm_gpu_workers_job_script():
+    """deploy/gpu's recipe for GPU workers as jobs: dask-cuda's worker and a --gres line."""
+    pytest.importorskip("dask_jobqueue")
+    import sys
+
+    with clusters.slurm(jobs=0, cores=8, memory="64GB", walltime="02:00:00",
+                        worker_command="dask_cuda.cli", job_extra_directives=["--gres=gpu:1"],
+                        interface="lo", scheduler_options={
+                            "interface": "lo", "dashboard_address": "127.0.0.1:0"}) as cluster:
+        script = cluster.job_script()
+    assert f"{sys.executable} -m dask_cuda.cli tcp://" in script
+    assert "#SBATCH --gres=gpu:1" in script
+    assert "--nworkers" not in script  # dask cuda worker starts one worker per GPU itself
 
 
 def test_cli_cluster_errors_are_one_line(tmp_path):

@@ -24,7 +24,8 @@ def test_defaults_validate_against_the_schema():
 def test_every_key_is_described():
     described = SCHEMA["properties"]["nbody"]["properties"]
     assert set(described) == set(DEFAULTS["nbody"])
-    assert set(described["local-cluster"]["properties"]) == set(DEFAULTS["nbody"]["local-cluster"])
+    for section in ("local-cluster", "kubernetes"):
+        assert set(described[section]["properties"]) == set(DEFAULTS["nbody"][section])
 
 
 @pytest.mark.parametrize("path, value", [

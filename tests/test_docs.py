@@ -16,6 +16,8 @@ MODULES = {
     "nbody_dask.analysis": {"DEFAULT_FRACTIONS"},
     "nbody_dask.plot": {"KINDS"},
     "nbody_dask.clusters": {"KINDS", "client_context", "total_threads"},
+    "nbody_dask.k8s": None,
+    "nbody_dask.kernels.cuda": None,
 }
 
 
