@@ -72,12 +72,8 @@ def pair_forces(target: Tile, source: Tile, softening: float, with_potential: bo
     kernels = tile_kernels(backend)
     ftype = target.position.dtype.type
     eps2 = ftype(softening) * ftype(softening)
-    xt, yt, zt = target.position
-    xs, ys, zs = source.position
-    if with_potential:
-        diagonal = target.start == source.start
-        return kernels.accel_potential_tile(xt, yt, zt, xs, ys, zs, source.mass, eps2, diagonal)
-    return kernels.accel_tile(xt, yt, zt, xs, ys, zs, source.mass, eps2)
+    return kernels.tile_pair_forces(target.position, source.position, source.mass, eps2,
+                                    with_potential, target.start == source.start)
 
 
 def sum_in_order(*parts: np.ndarray) -> np.ndarray:

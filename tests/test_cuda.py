@@ -88,11 +88,59 @@ def test_simulate_with_cuda_backend_in_simulator():
                       client=c, progress=False)
             gpu = nbody_dask.simulate(ds, backend="cuda", **kw)
             cpu = nbody_dask.simulate(ds, backend="cpu", **kw)
+        from nbody_dask.kernels.cuda import DEVICE_CACHE
         diff = np.abs(gpu.position.values - cpu.position.values).max()
-        print(json.dumps({"diff": float(diff), "backend": gpu.attrs["backend"]}))
+        print(json.dumps({"diff": float(diff), "backend": gpu.attrs["backend"],
+                          "hits": DEVICE_CACHE.hits, "misses": DEVICE_CACHE.misses}))
     """)
     assert result["backend"] == "cuda"
     assert result["diff"] <= 1e-5
+    # 2 tiles, 4 pair tasks per force evaluation, 4 evaluations: 32 lookups of positions,
+    # and each tile's positions are copied once per evaluation, its masses once per run
+    assert result["misses"] == 2 * 4 + 2
+    assert result["hits"] == 4 * 4 * 3 - result["misses"]
+
+
+def test_device_cache_in_simulator():
+    """tile_pair_forces reuses device copies while the host arrays live, and only then."""
+    result = _in_simulator("""
+        import gc, json, numpy as np
+        from nbody_dask.kernels import cpu, cuda
+        cache = cuda.DEVICE_CACHE
+        rng = np.random.default_rng(3)
+        pos = rng.random((3, 40)).astype(np.float32)
+        mass = np.full(40, 1 / 40, np.float32)
+        eps2 = np.float32(1e-3)
+        out = {}
+        first = cuda.tile_pair_forces(pos, pos, mass, eps2, True, True)
+        again = cuda.tile_pair_forces(pos, pos, mass, eps2, True, True)
+        out["same"] = bool((first == again).all())
+        out["matches_cpu"] = float(np.abs(
+            first - cpu.tile_pair_forces(pos, pos, mass, eps2, True, True)).max())
+        out["after_two"] = [cache.hits, cache.misses, len(cache)]
+        del pos, first, again
+        gc.collect()
+        out["after_del"] = len(cache)
+        # a new array (perhaps at the same address) with other values is copied anew
+        moved = rng.random((3, 40)).astype(np.float32)
+        got = cuda.tile_pair_forces(moved, moved, mass, eps2, False)
+        want = cpu.tile_pair_forces(moved, moved, mass, eps2, False)
+        out["fresh"] = float(np.abs(got - want).max())
+        small = cuda.DeviceCache(max_bytes=moved.nbytes + mass.nbytes)
+        extra = moved.copy()
+        small.get(moved); small.get(mass); small.get(extra)  # the oldest, moved, goes
+        out["bounded"] = [len(small), small.nbytes <= small.max_bytes,
+                          small.get(mass) is small.get(mass)]
+        print(json.dumps(out))
+    """)
+    assert result["same"]
+    assert result["matches_cpu"] < 1e-5
+    # three lookups per call (target, source, mass): first call 1 miss for pos + 1 for mass
+    # (the source is the target: a hit), second call all hits
+    assert result["after_two"] == [4, 2, 2]
+    assert result["after_del"] == 1  # only the masses are still alive
+    assert result["fresh"] < 1e-5
+    assert result["bounded"] == [2, True, True]
 
 
 def test_cuda_backend_without_gpu_fails_at_once(client):

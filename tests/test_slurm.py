@@ -70,3 +70,28 @@ def test_sbatch_script_runs_a_simulation(tmp_path):
     assert proc.returncode == 0, proc.stderr + log
     assert committed_snapshots(store) == 3, log
     assert "3 committed" in log
+
+
+@pytest.mark.parametrize("worker, message", [
+    ("cuda", "NBODY_WORKER=cuda needs dask-cuda"),
+    ("gpu", "NBODY_WORKER must be cpu or cuda, got 'gpu'"),
+])
+def test_sbatch_script_refuses_a_worker_kind_it_cannot_start(tmp_path, worker, message):
+    """The GPU path of the script (deploy/gpu) fails at once, and clearly, without dask-cuda."""
+    if worker == "cuda":
+        try:
+            import dask_cuda  # noqa: F401
+            pytest.skip("dask-cuda is installed here")
+        except ImportError:
+            pass
+    env = {**os.environ, "NBODY_PYTHON": sys.executable, "NBODY_INTERFACE": "lo",
+           "NBODY_WORKER": worker}
+    proc = subprocess.run(
+        ["sbatch", "--wait", f"--chdir={tmp_path}", f"--output={tmp_path}/job.out",
+         str(DEPLOY / "run-in-allocation.sbatch"), "--n", "64", "--steps", "2",
+         "--store", str(tmp_path / "never.zarr")],
+        capture_output=True, text=True, env=env, timeout=120)
+    log = (tmp_path / "job.out").read_text()
+    assert proc.returncode != 0
+    assert message in log, log
+    assert not (tmp_path / "never.zarr").exists()

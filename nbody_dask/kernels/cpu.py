@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["accel_tile", "accel_potential_tile", "direct_sum_reference"]
+__all__ = ["accel_tile", "accel_potential_tile", "tile_pair_forces", "direct_sum_reference"]
 
 _JIT = dict(nogil=True, cache=True, fastmath=True, error_model="numpy", boundscheck=False)
 
@@ -159,6 +159,20 @@ def accel_potential_tile(xt, yt, zt, xs, ys, zs, ms, eps2, diagonal):
             phi += ms[i] / np.sqrt(eps2)
         out[0, i], out[1, i], out[2, i], out[3, i] = ax, ay, az, phi
     return out
+
+
+def tile_pair_forces(target_position, source_position, source_mass, eps2, with_potential,
+                     diagonal=False):
+    """Partial forces (3 or 4, nt) of a tile pair from (3, n) position arrays (G = 1).
+
+    The entry point of the task graph, shared with :mod:`nbody_dask.kernels.cuda`; row 3
+    holds the potential when ``with_potential``.
+    """
+    xt, yt, zt = target_position
+    xs, ys, zs = source_position
+    if with_potential:
+        return accel_potential_tile(xt, yt, zt, xs, ys, zs, source_mass, eps2, diagonal)
+    return accel_tile(xt, yt, zt, xs, ys, zs, source_mass, eps2)
 
 
 def direct_sum_reference(position, mass, softening=0.0, G=1.0):

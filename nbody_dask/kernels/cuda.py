@@ -12,19 +12,28 @@ swaps the ``cuda`` global of kernels for its own.) Without a GPU, Numba's simula
 (``NUMBA_ENABLE_CUDASIM=1``, set before Numba is imported) runs the same code on the CPU, one
 Python thread per CUDA thread: slow, for tests of a few hundred bodies.
 
-Not yet done (needs a GPU to measure): device buffers reused across tasks, pinned host
-memory and streams; today each call copies its tile pair to the device and back.
+Device transfers (the lesson of every GPU N-body port): a step makes T^2 tile-pair tasks over
+T tiles, so copying both tiles for every pair would move each tile 2T times per step.
+:func:`tile_pair_forces`, which the task graph calls, keeps one device copy per host array
+in :data:`DEVICE_CACHE` for as long as the host array lives (tiles are immutable: each drift
+makes new arrays), so each worker copies each tile's positions once per step and the masses
+once per run; only the (3, n) partial result comes back per pair. Not done: pinned host
+buffers and streams to overlap the copies with compute (they need a GPU to measure).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import threading
+import weakref
+from collections import OrderedDict
 
 import numpy as np
 from numba import cuda, float32, float64
 
-__all__ = ["BLOCK", "available", "accel_tile", "accel_potential_tile"]
+__all__ = ["BLOCK", "available", "accel_tile", "accel_potential_tile", "tile_pair_forces",
+           "DeviceCache", "DEVICE_CACHE"]
 
 #: Threads per block, and sources staged in shared memory per pass.
 BLOCK = 128
@@ -44,21 +53,21 @@ def _kernel(dtype_name: str):
     ftype = {"float32": float32, "float64": float64}[dtype_name]
 
     @cuda.jit(fastmath=True)
-    def tile_pair(xt, yt, zt, xs, ys, zs, ms, eps2, with_potential, diagonal, out):
+    def tile_pair(pt, ps, ms, eps2, with_potential, diagonal, out):
         sx = cuda.shared.array(BLOCK, ftype)
         sy = cuda.shared.array(BLOCK, ftype)
         sz = cuda.shared.array(BLOCK, ftype)
         sm = cuda.shared.array(BLOCK, ftype)
         i = cuda.grid(1)
         tid = cuda.threadIdx.x
-        nt = xt.shape[0]
-        ns = xs.shape[0]
+        nt = pt.shape[1]
+        ns = ps.shape[1]
         zero = ftype(0)
         one = ftype(1)
         active = i < nt
-        xi = xt[i] if active else zero
-        yi = yt[i] if active else zero
-        zi = zt[i] if active else zero
+        xi = pt[0, i] if active else zero
+        yi = pt[1, i] if active else zero
+        zi = pt[2, i] if active else zero
         ax = zero
         ay = zero
         az = zero
@@ -66,9 +75,9 @@ def _kernel(dtype_name: str):
         for base in range(0, ns, BLOCK):
             j = base + tid
             if j < ns:
-                sx[tid] = xs[j]
-                sy[tid] = ys[j]
-                sz[tid] = zs[j]
+                sx[tid] = ps[0, j]
+                sy[tid] = ps[1, j]
+                sz[tid] = ps[2, j]
                 sm[tid] = ms[j]
             else:  # masked tail: a massless source contributes nothing
                 sx[tid] = zero
@@ -102,25 +111,109 @@ def _kernel(dtype_name: str):
     return tile_pair
 
 
-def _launch(xt, yt, zt, xs, ys, zs, ms, eps2, with_potential: bool, diagonal: bool):
-    dtype = np.result_type(xt)
-    nt = xt.shape[0]
-    out = np.zeros((4 if with_potential else 3, nt), dtype=dtype)
-    if nt == 0 or xs.shape[0] == 0:
-        return out
+class DeviceCache:
+    """Device copies of host arrays, each kept while its host array is alive (LRU-bounded).
+
+    Keyed by the host array's identity; a weak reference tells a live entry from a recycled
+    ``id``, and drops the entry when the host array is freed. Arrays must not be modified in
+    place after their first use (nbody_dask's tiles never are). Thread-safe.
+
+    Parameters
+    ----------
+    max_bytes : int
+        Device memory the cache may hold; least recently used copies go first.
+    """
+
+    def __init__(self, max_bytes: int = 2 << 30) -> None:
+        self.max_bytes = max_bytes
+        self.nbytes = 0
+        self.hits = 0
+        self.misses = 0
+        self._entries: OrderedDict[int, tuple[weakref.ref, object, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, host: np.ndarray):
+        """The device copy of ``host`` (copied now if not cached)."""
+        key = id(host)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0]() is host:
+                self._entries.move_to_end(key)
+                self.hits += 1
+                return entry[1]
+        device = cuda.to_device(np.ascontiguousarray(host))
+        with self._lock:
+            self.misses += 1
+            self._drop(key)
+            ref = weakref.ref(host, lambda r, k=key: self._forget(k, r))
+            self._entries[key] = (ref, device, host.nbytes)
+            self.nbytes += host.nbytes
+            while self.nbytes > self.max_bytes and len(self._entries) > 1:
+                self._drop(next(iter(self._entries)))
+        return device
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.nbytes = 0
+
+    def _drop(self, key: int) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self.nbytes -= entry[2]
+
+    def _forget(self, key: int, ref: weakref.ref) -> None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] is ref:  # not a newer array with the same id
+                self._drop(key)
+
+
+#: The process's cache of device copies of tiles (see :class:`DeviceCache`).
+DEVICE_CACHE = DeviceCache()
+
+
+def _run(d_target, d_source, d_mass, nt: int, ns: int, dtype: np.dtype, eps2,
+         with_potential: bool, diagonal: bool) -> np.ndarray:
+    rows = 4 if with_potential else 3
+    if nt == 0 or ns == 0:
+        return np.zeros((rows, nt), dtype=dtype)
+    d_out = cuda.device_array((rows, nt), dtype=dtype)
     blocks = (nt + BLOCK - 1) // BLOCK
-    d_out = cuda.to_device(out)
-    args = [cuda.to_device(np.ascontiguousarray(a)) for a in (xt, yt, zt, xs, ys, zs, ms)]
-    _kernel(dtype.name)[blocks, BLOCK](*args, dtype.type(eps2), with_potential, diagonal,
-                                       d_out)
+    _kernel(dtype.name)[blocks, BLOCK](d_target, d_source, d_mass, dtype.type(eps2),
+                                       with_potential, diagonal, d_out)
     return d_out.copy_to_host()
+
+
+def tile_pair_forces(target_position: np.ndarray, source_position: np.ndarray,
+                     source_mass: np.ndarray, eps2, with_potential: bool,
+                     diagonal: bool = False) -> np.ndarray:
+    """Partial forces (3 or 4, nt) of a tile pair from (3, n) position arrays, on the GPU.
+
+    The inputs' device copies come from :data:`DEVICE_CACHE`, so a tile used by many pair
+    tasks on this worker is copied to the device once.
+    """
+    get = DEVICE_CACHE.get
+    return _run(get(target_position), get(source_position), get(source_mass),
+                target_position.shape[1], source_position.shape[1],
+                np.result_type(target_position), eps2, with_potential, bool(diagonal))
+
+
+def _uncached(xt, yt, zt, xs, ys, zs, ms, eps2, with_potential: bool, diagonal: bool):
+    target, source = np.stack([xt, yt, zt]), np.stack([xs, ys, zs])
+    return _run(cuda.to_device(target), cuda.to_device(source),
+                cuda.to_device(np.ascontiguousarray(ms)), target.shape[1], source.shape[1],
+                np.result_type(xt), eps2, with_potential, diagonal)
 
 
 def accel_tile(xt, yt, zt, xs, ys, zs, ms, eps2):
     """Partial accelerations (3, nt) of targets due to sources (G = 1), on the GPU."""
-    return _launch(xt, yt, zt, xs, ys, zs, ms, eps2, False, False)
+    return _uncached(xt, yt, zt, xs, ys, zs, ms, eps2, False, False)
 
 
 def accel_potential_tile(xt, yt, zt, xs, ys, zs, ms, eps2, diagonal):
     """Partial accelerations and potentials (4, nt), as the CPU kernel of the same name."""
-    return _launch(xt, yt, zt, xs, ys, zs, ms, eps2, True, bool(diagonal))
+    return _uncached(xt, yt, zt, xs, ys, zs, ms, eps2, True, bool(diagonal))
