@@ -96,19 +96,28 @@ def main() -> None:
 @click.option("--dtype", type=click.Choice(["float32", "float64"]), default=None,
               help="Precision [default: nbody.dtype, float64].")
 @click.option("--tile-size", type=int, default=None, help="Bodies per tile [default: auto].")
+@click.option("--split-every", type=int, default=None,
+              help="Fan-in of the tree reduction of partial forces [default: 8].")
+@click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default=None,
+              help="Tile-pair kernel: auto (CUDA on workers with a GPU), cpu or cuda "
+                   "[default: nbody.backend, auto].")
+@click.option("-G", "--G", "G", type=float, default=None,
+              help="Gravitational constant [default: 1, Hénon units].")
 @click.option("--store", type=click.Path(), default="run.zarr", show_default=True,
               help="Zarr store to write.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing store.")
 @_cluster_options
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, tile_size,
-        store, overwrite, cluster_kind, scheduler, scheduler_file, progress) -> None:
+        split_every, backend, G, store, overwrite, cluster_kind, scheduler, scheduler_file,
+        progress) -> None:
     """Run a simulation and write its trajectory to a Zarr store."""
     with _errors_as_messages():
         bodies = _initial_conditions(ic, n, seed, eccentricity)
         _simulate_and_report(cluster_kind, scheduler, scheduler_file, store, bodies,
                              steps=steps, dt=dt, softening=softening,
                              snapshot_every=snapshot_every, dtype=dtype, tile_size=tile_size,
+                             split_every=split_every, backend=backend, G=G,
                              overwrite=overwrite, progress=progress)
 
 

@@ -39,6 +39,28 @@ def test_yaml_config(runner, tmp_path):
     assert xr.open_zarr(store).sizes["body"] == 2
 
 
+def test_every_simulate_option_has_a_flag(runner, tmp_path):
+    """G, split-every and backend reach simulate(): the store records them."""
+    import inspect
+    import json
+
+    import nbody_dask
+    from nbody_dask.cli import run
+
+    flags = {p.name for p in run.params}
+    wanted = set(inspect.signature(nbody_dask.simulate).parameters) - {
+        "bodies", "client", "resume", "callback"}
+    assert wanted <= flags, wanted - flags
+    store = tmp_path / "g.zarr"
+    result = runner.invoke(main, ["run", "--ic", "kepler", "--steps", "4", "--no-progress",
+                                  "-G", "2.5", "--split-every", "3", "--backend", "cpu",
+                                  "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    ds = xr.open_zarr(store)
+    assert ds.attrs["G"] == 2.5 and ds.attrs["backend"] == "cpu"
+    assert json.loads(ds.attrs["config"])["split_every"] == 3
+
+
 @pytest.mark.parametrize(("args", "code", "message"), [
     (["run", "--dt", "-1", "--no-progress"], 1, "Error: dt must be > 0, got -1.0"),
     (["run", "--steps", "abc"], 2, "'abc' is not a valid integer"),
