@@ -151,19 +151,25 @@ def consolidate_metadata(path: str | os.PathLike) -> None:
 
 
 @functools.lru_cache(maxsize=32)
-def _open_array(path: str, name: str) -> zarr.Array:
-    """An array of a store, opened once per process (metadata never changes during a run)."""
+def _open_array(path: str, name: str, run: str) -> zarr.Array:
+    """An array of a store, opened once per process and run.
+
+    Metadata never changes during a run; ``run`` (the run's token, new for every
+    :func:`~nbody_dask.simulate` call) keeps a handle from outliving its run, since a store
+    recreated at the same path (``overwrite=True``) may have another shape and chunking.
+    """
     return zarr.open_array(store=path, path=name, mode="r+")
 
 
-def write_tile(path: str, index: int, tile: Tile) -> int:
+def write_tile(path: str, index: int, tile: Tile, run: str = "") -> int:
     """Write one tile's positions and velocities into snapshot ``index`` (runs on a worker).
 
-    The region is whole chunks owned by this tile alone. Returns the number of bodies written.
+    The region is whole chunks owned by this tile alone. ``run`` identifies the run (see
+    :func:`_open_array`). Returns the number of bodies written.
     """
     lo, hi = tile.start, tile.start + tile.size
-    _open_array(path, "position")[index, lo:hi, :] = tile.position.T
-    _open_array(path, "velocity")[index, lo:hi, :] = tile.velocity.T
+    _open_array(path, "position", run)[index, lo:hi, :] = tile.position.T
+    _open_array(path, "velocity", run)[index, lo:hi, :] = tile.velocity.T
     return tile.size
 
 

@@ -97,6 +97,21 @@ def test_overwrite_replaces_store(client, tmp_path):
     assert traj.sizes["time"] == 2 and committed_snapshots(path) == 2
 
 
+def test_overwrite_with_another_shape_and_chunking(client, tmp_path):
+    """Workers cache array handles; a store recreated at the same path must not reuse them
+    (a regression: 3 snapshots into a store that had 2 failed, other tiles mis-chunked)."""
+    path = tmp_path / "again.zarr"
+    ds = nbody_dask.plummer(300, seed=4)
+    kw = dict(dt=0.01, softening=0.05, client=client, progress=False)
+    nbody_dask.simulate(ds, steps=2, snapshot_every=2, tile_size=100, store=path, **kw)
+    again = nbody_dask.simulate(ds, steps=6, snapshot_every=2, tile_size=64, store=path,
+                                overwrite=True, **kw)
+    fresh = nbody_dask.simulate(ds, steps=6, snapshot_every=2, tile_size=64,
+                                store=tmp_path / "fresh.zarr", **kw)
+    assert again.sizes["time"] == 4
+    np.testing.assert_array_equal(xr.open_zarr(path).position.values, fresh.position.values)
+
+
 def test_overwrite_refuses_a_non_store(client, tmp_path):
     precious = tmp_path / "thesis"
     precious.mkdir()
