@@ -56,12 +56,15 @@ def kernel_rate(n_targets: int = 4096, n_sources: int = 65536, dtype: str = "flo
 
 def simulate_rate(n: int, steps: int = 30, dtype: str = "float32", snapshot_every: int = 10,
                   tile_size: int | None = None, client: Any = None,
-                  store_dir: str | Path | None = None, backend: str = "auto") -> dict[str, Any]:
+                  store_dir: str | Path | None = None, backend: str = "auto",
+                  reps: int = 1) -> dict[str, Any]:
     """Steady-state time per step of :func:`nbody_dask.simulate`, snapshots included.
 
-    One run of ``steps`` steps; the clock runs from the completion of the first snapshot
-    after step 0 to the end, which leaves out cluster start-up, kernel compilation and the
-    initial force evaluation.
+    Differential timing: the wall time of a run of ``steps`` steps minus that of a run of
+    ``snapshot_every`` steps (same cluster, same start-up, compiled kernels, initial force
+    evaluation and final snapshot), divided by the difference in steps. Callbacks at
+    snapshot commits would not do: the driver submits many steps ahead, so commits can
+    arrive in bursts. ``reps`` repeats the pair of runs (median and spread reported).
     """
     import tempfile
 
@@ -72,22 +75,32 @@ def simulate_rate(n: int, steps: int = 30, dtype: str = "float32", snapshot_ever
         raise ValueError(f"steps must be >= 2 * snapshot_every = {2 * snapshot_every}, "
                          f"got {steps}")
     bodies = plummer(n, seed=0)
-    marks: list[tuple[float, int]] = []
+    per_step = []
     with client_context(client) as c, tempfile.TemporaryDirectory(dir=store_dir) as tmp:
-        traj = simulate(bodies, steps=steps, dt=1 / 256, softening=0.01,
-                        store=Path(tmp) / "bench.zarr", snapshot_every=snapshot_every,
-                        dtype=dtype, tile_size=tile_size, client=c, progress=False,
-                        backend=backend,
-                        callback=lambda step, _: marks.append((time.perf_counter(), step)))
-        tile = traj.attrs["tile_size"]
+        def run(k: int, name: str) -> tuple[float, Any]:
+            t0 = time.perf_counter()
+            traj = simulate(bodies, steps=k, dt=1 / 256, softening=0.01,
+                            store=Path(tmp) / name, snapshot_every=snapshot_every,
+                            dtype=dtype, tile_size=tile_size, client=c, progress=False,
+                            backend=backend, overwrite=True)
+            return time.perf_counter() - t0, traj
+
+        run(snapshot_every, "warm.zarr")  # compile, fill caches
+        for _ in range(reps):
+            short, _ = run(snapshot_every, "short.zarr")
+            long, traj = run(steps, "long.zarr")
+            per_step.append((long - short) / (steps - snapshot_every))
         threads = sum(c.nthreads().values())
-    (t0, s0), (t1, s1) = next(m for m in marks if m[1] >= snapshot_every), marks[-1]
-    per_step = (t1 - t0) / (s1 - s0)
-    rate = n * n / per_step / 1e9
+        workers = len(c.nthreads())
+    seconds = statistics.median(per_step)
+    rate = n * n / seconds / 1e9
     return {"kind": "simulate", "backend": traj.attrs["backend"], "dtype": dtype, "n": n,
-            "tile_size": tile, "threads": threads,
-            "steps": steps, "timed_steps": s1 - s0, "snapshot_every": snapshot_every,
-            "seconds_per_step": per_step, "gint_s": rate,
+            "tile_size": traj.attrs["tile_size"], "symmetric": bool(traj.attrs["symmetric"]),
+            "threads": threads, "workers": workers,
+            "steps": steps, "timed_steps": steps - snapshot_every,
+            "snapshot_every": snapshot_every, "reps": reps,
+            "seconds_per_step": seconds, "seconds_per_step_min": min(per_step),
+            "seconds_per_step_max": max(per_step), "gint_s": rate,
             "gflops": FLOP_PER_INTERACTION * rate}
 
 

@@ -1,7 +1,9 @@
 """One step's blocked interaction task graph: tile-pair kernel tasks and a fixed-order tree
 reduction of their partial forces, then the per-tile integrator updates.
 
-For ``T`` tiles a step is ``T`` drift tasks, ``T**2`` tile-pair tasks, ``T`` kick tasks and, when
+For ``T`` tiles a step is ``T`` drift tasks, ``T**2`` tile-pair tasks (``T (T + 1) / 2`` with the
+symmetric kernel: one task per unordered pair gives the forces on both tiles, and one per
+tile its forces on itself, each pair of bodies once), ``T`` kick tasks and, when
 ``T > split_every``, ``ceil(T / split_every)`` combine tasks per target tile and level of the
 reduction tree.
 Partials of target tile ``i`` are summed in source-index order within each combine task and the
@@ -28,7 +30,9 @@ from .diagnostics import tile_diagnostics
 from .integrators import close_step, open_step
 from .storage import write_tile
 
-__all__ = ["StepPlan", "lazy", "eager", "pair_forces", "sum_in_order", "force_graph",
+__all__ = ["StepPlan", "lazy", "eager", "pair_forces", "symmetric_pair_forces", "self_forces",
+           "sum_in_order", "sum_sides",
+           "force_graph",
            "initial_graph", "step_graph", "fused_steps", "snapshot_graph"]
 
 
@@ -50,6 +54,9 @@ class StepPlan:
         Fan-in of the reduction tree (>= 2).
     backend : {"cpu", "cuda", "auto"}
         Kernel of the tile-pair tasks (see :mod:`nbody_dask.backends`).
+    symmetric : bool
+        One task per unordered tile pair with the symmetric CPU kernel (Newton's third law);
+        only with ``backend == "cpu"``.
     """
 
     token: str
@@ -58,6 +65,7 @@ class StepPlan:
     G: float = 1.0
     split_every: int = 8
     backend: str = "cpu"
+    symmetric: bool = False
 
     def key(self, stage: str, step: int, *index: int) -> str:
         return "-".join(["nbody", stage, self.token, str(step), *map(str, index)])
@@ -76,12 +84,41 @@ def pair_forces(target: Tile, source: Tile, softening: float, with_potential: bo
                                     with_potential, target.start == source.start)
 
 
+def symmetric_pair_forces(target: Tile, source: Tile, softening: float,
+                          with_potential: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Partial forces (G = 1) on both tiles of a pair of distinct tiles; one CPU kernel call."""
+    from .kernels import cpu
+
+    ftype = target.position.dtype.type
+    eps2 = ftype(softening) * ftype(softening)
+    return cpu.symmetric_pair_forces(target.position, target.mass, source.position,
+                                     source.mass, eps2, with_potential)
+
+
+def self_forces(tile: Tile, softening: float, with_potential: bool) -> np.ndarray:
+    """Partial forces (G = 1) of a tile on itself, each pair once; one CPU kernel call."""
+    from .kernels import cpu
+
+    ftype = tile.position.dtype.type
+    eps2 = ftype(softening) * ftype(softening)
+    return cpu.self_tile_forces(tile.position, tile.mass, eps2, with_potential)
+
+
 def sum_in_order(*parts: np.ndarray) -> np.ndarray:
     """Sum arrays left to right (a fixed order, hence a reproducible rounding)."""
     total = parts[0].copy()
     for part in parts[1:]:
         total += part
     return total
+
+
+def sum_sides(sides: tuple, *parts) -> np.ndarray:
+    """:func:`sum_in_order` of partial forces, where ``parts[k]`` is an array when
+    ``sides[k]`` is None and the ``(on_target, on_source)`` result of a symmetric pair task,
+    of which side ``sides[k]`` is wanted, otherwise. (The sides travel as a plain argument:
+    tuples holding task results would make dask re-walk the whole graph for every task.)"""
+    return sum_in_order(*(p if side is None else p[side] for p, side in zip(parts, sides,
+                                                                           strict=True)))
 
 
 def lazy(func, *args, key: str):
@@ -95,40 +132,52 @@ def eager(func, *args, key: str):
 
 
 def _tree(parts: list, plan: StepPlan, call, stage: str, step: int, *index: int) -> list:
-    """Reduce ``parts`` by fixed groups of ``split_every`` until at most that many remain."""
+    """Reduce ``parts``, a list of ``(partial, side)`` (see :func:`sum_sides`), by fixed groups
+    of ``split_every`` until at most that many remain."""
     level = 0
     while len(parts) > plan.split_every:
         k = plan.split_every
         parts = [
-            call(sum_in_order, *parts[g:g + k],
-                 key=plan.key(f"{stage}{level}", step, *index, g // k))
+            (_sum(parts[g:g + k], call, key=plan.key(f"{stage}{level}", step, *index, g // k)),
+             None)
             for g in range(0, len(parts), k)
         ]
         level += 1
     return parts
 
 
+def _sum(parts: list, call, key: str, func=sum_sides, *first):
+    """A task summing ``(partial, side)`` pairs, with ``first`` arguments before them."""
+    return call(func, *first, tuple(side for _, side in parts), *(p for p, _ in parts), key=key)
+
+
 def force_graph(tiles: Sequence, plan: StepPlan, step: int, with_potential: bool,
                 call=lazy) -> list:
-    """Per target tile, the list of at most ``split_every`` partial-force sums.
+    """Per target tile, at most ``split_every`` ``(partial, side)`` pairs (see :func:`sum_sides`).
 
     ``tiles`` hold :class:`Tile` positions at one time (futures or delayed objects when
     ``call`` is :func:`lazy`, tiles when it is :func:`eager`). The caller's per-tile task adds
     the remaining partials in order.
     """
-    partials = []
-    for i, target in enumerate(tiles):
-        row = [
-            call(pair_forces, target, source, plan.softening, with_potential, plan.backend,
-                 key=plan.key("pair", step, i, j))
-            for j, source in enumerate(tiles)
-        ]
-        partials.append(_tree(row, plan, call, "combine", step, i))
-    return partials
+    def pair(i: int, j: int):
+        return call(pair_forces, tiles[i], tiles[j], plan.softening, with_potential,
+                    plan.backend, key=plan.key("pair", step, i, j))
+
+    if plan.symmetric:
+        both = {(i, j): call(symmetric_pair_forces, tiles[i], tiles[j], plan.softening,
+                             with_potential, key=plan.key("sympair", step, i, j))
+                for i in range(len(tiles)) for j in range(i + 1, len(tiles))}
+        own = [call(self_forces, tile, plan.softening, with_potential,
+                    key=plan.key("selfpair", step, i)) for i, tile in enumerate(tiles)]
+        rows = [[(own[i], None) if i == j else (both[i, j], 0) if i < j else (both[j, i], 1)
+                 for j in range(len(tiles))] for i in range(len(tiles))]
+    else:
+        rows = [[(pair(i, j), None) for j in range(len(tiles))] for i in range(len(tiles))]
+    return [_tree(row, plan, call, "combine", step, i) for i, row in enumerate(rows)]
 
 
-def _close(tile: Tile, G: float, dt: float | None, *parts: np.ndarray) -> Tile:
-    return close_step(tile, sum_in_order(*parts), G, dt)
+def _close(tile: Tile, G: float, dt: float | None, sides: tuple, *parts) -> Tile:
+    return close_step(tile, sum_sides(sides, *parts), G, dt)
 
 
 def initial_graph(tiles: Sequence, plan: StepPlan, with_potential: bool = True,
@@ -136,7 +185,7 @@ def initial_graph(tiles: Sequence, plan: StepPlan, with_potential: bool = True,
     """Attach accelerations (and potentials) to the initial tiles: step 0, no kick."""
     partials = force_graph(tiles, plan, 0, with_potential, call)
     return [
-        call(_close, tile, plan.G, None, *parts, key=plan.key("forces", 0, i))
+        _sum(parts, call, plan.key("forces", 0, i), _close, tile, plan.G, None)
         for i, (tile, parts) in enumerate(zip(tiles, partials, strict=True))
     ]
 
@@ -163,7 +212,7 @@ def step_graph(tiles: Sequence, plan: StepPlan, step: int, with_potential: bool,
     ]
     partials = force_graph(drifted, plan, step, with_potential, call)
     return [
-        call(_close, tile, plan.G, plan.dt, *parts, key=plan.key("kick", step, i))
+        _sum(parts, call, plan.key("kick", step, i), _close, tile, plan.G, plan.dt)
         for i, (tile, parts) in enumerate(zip(drifted, partials, strict=True))
     ]
 
@@ -191,14 +240,16 @@ def snapshot_graph(tiles: Sequence, plan: StepPlan, step: int, path: str | None,
     order. The result is ready only once every region is on disk.
     """
     parts = [
-        lazy(_write_and_measure, path, index, tile, plan.G, key=plan.key("snapshot", step, i))
+        lazy(_write_and_measure, path, index, tile, plan.G, plan.token,
+             key=plan.key("snapshot", step, i))
         for i, tile in enumerate(tiles)
     ]
-    parts = _tree(parts, plan, lazy, "diagcombine", step)
-    return lazy(sum_in_order, *parts, key=plan.key("diagnostics", step))
+    parts = _tree([(p, None) for p in parts], plan, lazy, "diagcombine", step)
+    return _sum(parts, lazy, plan.key("diagnostics", step))
 
 
-def _write_and_measure(path: str | None, index: int, tile: Tile, G: float) -> np.ndarray:
+def _write_and_measure(path: str | None, index: int, tile: Tile, G: float,
+                       run: str) -> np.ndarray:
     if path is not None:
-        write_tile(path, index, tile)
+        write_tile(path, index, tile, run)
     return tile_diagnostics(tile, G)

@@ -354,7 +354,7 @@ def _run(c: Client, start: _Start, tile: int, backend: str, path: Path, on_compl
     pending: deque[tuple[int, int | None, Any]] = deque()
     committer = SnapshotCommitter(path)
     plan = StepPlan(_run_token(start.bodies, cfg, tile, str(path.resolve()), start.index),
-                    cfg.dt, cfg.softening, cfg.G, cfg.split_every, backend)
+                    cfg.dt, cfg.softening, cfg.G, cfg.split_every, backend, _symmetric(backend))
 
     def submit_snapshot(state: list[Future], step: int) -> None:
         index = snapshot_index[step]
@@ -510,6 +510,11 @@ def _start_time(bodies: Any) -> float:
     return 0.0
 
 
+def _symmetric(backend: str) -> bool:
+    """Whether tile pairs use the symmetric kernel: ``nbody.symmetric`` and the CPU backend."""
+    return bool(config.get("symmetric")) and backend == "cpu"
+
+
 def _store_attrs(cfg: RunConfig, tile_size: int, backend: str,
                  ds: xr.Dataset) -> dict[str, Any]:
     return {
@@ -523,6 +528,7 @@ def _store_attrs(cfg: RunConfig, tile_size: int, backend: str,
         "snapshot_every": cfg.snapshot_every or cfg.steps,
         "tile_size": tile_size,
         "backend": backend,
+        "symmetric": int(_symmetric(backend)),
         "nbody_dask_version": __version__,
         "config": json.dumps(asdict(cfg)),
         **{k: ds.attrs[k] for k in PHYSICAL_UNIT_ATTRS if k in ds.attrs},
@@ -538,7 +544,7 @@ def _one_shot(bodies, softening, G, dtype, tile_size, backend, client, with_pote
         backend = cluster_backend(c, backend)
         tile = cfg.tile_size or auto_tile_size(ds.sizes["body"], total_threads(c), backend)
         plan = StepPlan(_run_token(ds, cfg, tile), 1.0, cfg.softening, cfg.G,
-                        cfg.split_every, backend)
+                        cfg.split_every, backend, _symmetric(backend))
         tiles = c.scatter(split_tiles(ds, tile, resolve_dtype(cfg.dtype)), hash=False)
         forced = initial_graph(tiles, plan, with_potential)
         if with_potential:

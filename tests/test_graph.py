@@ -38,6 +38,33 @@ def test_step_graph_shape(n_tiles, split_every, combines):
             assert len(get_dependencies(graph, key)) <= split_every + 1
 
 
+@pytest.mark.parametrize("n_tiles", [1, 2, 5])
+def test_symmetric_step_graph_shape(n_tiles):
+    """One task per unordered pair of distinct tiles, plus the self pairs."""
+    tiles = _tiles(10 * n_tiles, 10)
+    plan = StepPlan("tok", 0.01, 0.0, symmetric=True)
+    start = initial_graph(tiles, plan, call=eager)
+    graph = _graph_of(step_graph(start, plan, 1, with_potential=False))
+    names = [k.split("-")[1] for k in graph if isinstance(k, str) and k.startswith("nbody-")]
+    assert names.count("sympair") == n_tiles * (n_tiles - 1) // 2
+    assert names.count("selfpair") == n_tiles
+    assert names.count("pair") == 0
+
+
+@pytest.mark.parametrize("split_every", [2, 8])
+def test_symmetric_and_plain_graphs_agree(split_every):
+    """Same forces to round-off, through the reduction tree too (9 tiles, fan-in 2)."""
+    tiles = _tiles(95, 11)
+    out = {}
+    for symmetric in (False, True):
+        plan = StepPlan("tok", 0.01, 0.01, split_every=split_every, symmetric=symmetric)
+        out[symmetric] = initial_graph(tiles, plan, with_potential=True, call=eager)
+    for plain, sym in zip(out[False], out[True], strict=True):
+        np.testing.assert_allclose(sym.acceleration, plain.acceleration, rtol=1e-12,
+                                   atol=1e-12 * np.abs(plain.acceleration).max())
+        np.testing.assert_allclose(sym.potential, plain.potential, rtol=1e-12)
+
+
 def test_keys_are_deterministic():
     tiles = _tiles(40, 10)
     plan = StepPlan("tok", 0.01, 0.0)

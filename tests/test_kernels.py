@@ -16,7 +16,10 @@ import pytest
 from numba import njit
 
 import nbody_dask
-from nbody_dask.kernels.cpu import _JIT, accel_potential_tile, accel_tile, direct_sum_reference
+from nbody_dask.kernels.cpu import (_JIT, SYMMETRIC_CHUNK, _pair_accel, _self_accel,
+                                    accel_potential_tile,
+                                    accel_tile, direct_sum_reference, self_tile_forces,
+                                    symmetric_pair_forces)
 
 SIZES_AND_TILES = [(1, 1), (2, 1), (2, 2), (3, 2), (17, 4), (17, 17), (1000, 250), (1000, 333),
                    (4099, 1024), (4099, 4099)]
@@ -91,6 +94,60 @@ def test_kernels_any_length_and_dtype(dtype, nt, ns):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("nt", "ns"), [(1, 1), (2, 3), (3, 2), (5, 9), (8, 4),
+                                        (37, SYMMETRIC_CHUNK + 5)])
+def test_symmetric_kernel_gives_both_sides(dtype, nt, ns):
+    """Each side equals the plain kernel's result for that side, any lengths (tail lanes and
+    a source block past SYMMETRIC_CHUNK included), both dtypes, with and without potentials."""
+    rng = np.random.default_rng(nt * 7 + ns)
+    pt, ps = rng.random((3, nt)).astype(dtype), rng.random((3, ns)).astype(dtype)
+    mt, ms = rng.random(nt).astype(dtype), rng.random(ns).astype(dtype)
+    eps2 = dtype(1e-3)
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    for with_potential in (False, True):
+        on_t, on_s = symmetric_pair_forces(pt, mt, ps, ms, eps2, with_potential)
+        rows = 4 if with_potential else 3
+        assert on_t.shape == (rows, nt) and on_s.shape == (rows, ns)
+        assert on_t.dtype == on_s.dtype == dtype
+        plain = accel_potential_tile if with_potential else accel_tile
+        extra = (False,) if with_potential else ()
+        want_t = plain(*pt, *ps, ms, eps2, *extra)
+        want_s = plain(*ps, *pt, mt, eps2, *extra)
+        for got, want in ((on_t, want_t), (on_s, want_s)):
+            scale = np.abs(want).max(axis=1, keepdims=True)
+            assert (np.abs(got - want) <= tol * scale).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8, 9, SYMMETRIC_CHUNK + 7])
+def test_self_tile_kernel_matches_the_diagonal_kernel(dtype, n):
+    """Each pair i < j once; groups of four, their inner pairs and tails all covered."""
+    rng = np.random.default_rng(n)
+    p, m = rng.random((3, n)).astype(dtype), rng.random(n).astype(dtype)
+    eps2 = dtype(1e-3)
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    for with_potential in (False, True):
+        got = self_tile_forces(p, m, eps2, with_potential)
+        want = (accel_potential_tile(*p, *p, m, eps2, True) if with_potential
+                else accel_tile(*p, *p, m, eps2))
+        assert got.shape == want.shape and got.dtype == dtype
+        scale = np.abs(want).max(axis=1, keepdims=True) + (m.max() / np.sqrt(eps2) * 1e-3)
+        assert (np.abs(got - want) <= tol * scale).all()
+    if n == 1:
+        assert (self_tile_forces(p, m, eps2, True) == 0).all()  # no self term at all
+
+
+def test_symmetric_kernel_conserves_momentum_exactly_in_pairs():
+    """m_t a_t + m_s a_s sums to round-off: the third law holds pair by pair."""
+    rng = np.random.default_rng(4)
+    pt, ps = rng.random((3, 50)), rng.random((3, 70))
+    mt, ms = rng.random(50), rng.random(70)
+    on_t, on_s = symmetric_pair_forces(pt, mt, ps, ms, 1e-4, False)
+    total = (on_t * mt).sum(axis=1) + (on_s * ms).sum(axis=1)
+    assert np.abs(total).max() <= 1e-12 * np.abs(on_t * mt).sum()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_zero_softening_coincident_bodies_are_finite(dtype):
     """eps = 0: the self term and exactly coincident bodies contribute zero, never NaN."""
     x = np.array([0.0, 0.0, 1.0], dtype)
@@ -99,6 +156,10 @@ def test_zero_softening_coincident_bodies_are_finite(dtype):
     a = accel_tile(x, y, y, x, y, y, m, dtype(0))
     ap = accel_potential_tile(x, y, y, x, y, y, m, dtype(0), True)
     assert np.isfinite(a).all() and np.isfinite(ap).all()
+    p = np.stack([x, y, y])
+    on_t, on_s = symmetric_pair_forces(p[:, :1], m[:1], p[:, 1:], m[1:], dtype(0), True)
+    np.testing.assert_allclose(on_t[0], [1.0])  # the twin at the same place adds nothing
+    np.testing.assert_allclose(on_s[0], [0.0, -1.0])
     np.testing.assert_allclose(a[0], [1.0, 1.0, -2.0])  # the far body pulls; the twin does not
     np.testing.assert_allclose(ap[3], [-1.0, -1.0, -2.0])
 
@@ -137,12 +198,14 @@ def test_kernel_is_vectorised_without_float64_promotion(dtype, packed):
     Cached code cannot be inspected, so a fresh copy of the same function with the same
     options is compiled here.
     """
-    fresh = njit(**{**_JIT, "cache": False})(accel_tile.py_func)
     a = np.zeros(8, dtype)
-    fresh(a, a, a, a, a, a, a, dtype(0))
-    asm = fresh.inspect_asm(fresh.signatures[0])
-    for op in ("vsub", "vmul", "vfmadd231"):
-        assert re.search(rf"\b{op}{packed}\b", asm), f"no packed {op}{packed}"
-    if dtype == np.float32:
-        assert "cvtss2sd" not in asm and "vcvtps2pd" not in asm
-        assert "rsqrt" in asm  # one hardware reciprocal square root (+ Newton) per pair
+    for kernel in (accel_tile, _pair_accel, _self_accel):
+        fresh = njit(**{**_JIT, "cache": False})(kernel.py_func)
+        args = (a,) * (7 if kernel is accel_tile else 8)
+        fresh(*args, dtype(0))
+        asm = fresh.inspect_asm(fresh.signatures[0])
+        for op in ("vsub", "vmul", "vfmadd231"):
+            assert re.search(rf"\b{op}{packed}\b", asm), f"no packed {op}{packed}"
+        if dtype == np.float32:
+            assert "cvtss2sd" not in asm and "vcvtps2pd" not in asm
+            assert "rsqrt" in asm  # one hardware reciprocal square root (+ Newton) per pair
