@@ -9,6 +9,7 @@ is shared and noisy, so only ratios measured together mean much.
 from __future__ import annotations
 
 import importlib.util
+import math
 import statistics
 import sys
 import time
@@ -17,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["kernel_rate", "simulate_rate", "reference_rate", "find_reference"]
+__all__ = ["kernel_rate", "kernel_sweep", "simulate_rate", "scaling", "scaling_table",
+           "reference_rate", "find_reference"]
 
 FLOP_PER_INTERACTION = 20
 
@@ -64,7 +66,8 @@ def simulate_rate(n: int, steps: int = 30, dtype: str = "float32", snapshot_ever
     ``snapshot_every`` steps (same cluster, same start-up, compiled kernels, initial force
     evaluation and final snapshot), divided by the difference in steps. Callbacks at
     snapshot commits would not do: the driver submits many steps ahead, so commits can
-    arrive in bursts. ``reps`` repeats the pair of runs (median and spread reported).
+    arrive in bursts. ``reps`` repeats the pair of runs (median and spread reported). If
+    the steps cost less than the noise of a run (tiny N), the time is NaN.
     """
     import tempfile
 
@@ -93,6 +96,8 @@ def simulate_rate(n: int, steps: int = 30, dtype: str = "float32", snapshot_ever
         threads = sum(c.nthreads().values())
         workers = len(c.nthreads())
     seconds = statistics.median(per_step)
+    if not seconds > 0:  # the steps cost less than the runs' noise: say so, never a negative
+        seconds = math.nan
     rate = n * n / seconds / 1e9
     return {"kind": "simulate", "backend": traj.attrs["backend"], "dtype": dtype, "n": n,
             "tile_size": traj.attrs["tile_size"], "symmetric": bool(traj.attrs["symmetric"]),
@@ -127,3 +132,78 @@ def reference_rate(refbench: Any, n: int, threads: int, kernel: str = "avx512_j"
     return {"kind": "reference", "kernel": kernel, "n": n, "threads": threads,
             "gint_s": {"median": r["gint_s_median"], "min": r["gint_s_min"],
                        "max": r["gint_s_max"], "gflops": r["gflops_median"]}}
+
+
+def kernel_sweep(sources: tuple[int, ...] = (1024, 4096, 16384, 65536, 131072),
+                 n_targets: int = 4096, dtype: str = "float32", reps: int = 5,
+                 symmetric: bool = False) -> list[dict[str, Any]]:
+    """One-thread kernel rate against the source tile size (flat is the goal).
+
+    ``symmetric`` times :func:`~nbody_dask.kernels.cpu.symmetric_pair_forces` on tiles of
+    ``n_targets`` and ``ns`` bodies and counts both directions (``2 nt ns`` interactions),
+    which is the effective rate a step gets from it.
+    """
+    if not symmetric:
+        return [kernel_rate(min(n_targets, ns), ns, dtype=dtype, reps=reps) for ns in sources]
+    from .kernels.cpu import symmetric_pair_forces
+
+    ftype = np.dtype(dtype).type
+    rng = np.random.default_rng(0)
+    out = []
+    for ns in sources:
+        nt = min(n_targets, ns)
+        pt, ps = rng.random((3, nt)).astype(ftype), rng.random((3, ns)).astype(ftype)
+        mt, ms = np.full(nt, 1 / ns, ftype), np.full(ns, 1 / ns, ftype)
+        symmetric_pair_forces(pt, mt, ps, ms, ftype(1e-4), False)
+        rates = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            symmetric_pair_forces(pt, mt, ps, ms, ftype(1e-4), False)
+            rates.append(2 * nt * ns / (time.perf_counter() - t0) / 1e9)
+        out.append({"kind": "kernel-symmetric", "backend": "cpu", "dtype": dtype,
+                    "n_targets": nt, "n_sources": ns, "threads": 1, "gint_s": _stats(rates)})
+    return out
+
+
+def scaling(kind: str, n: int, workers: tuple[int, ...] = (1, 2), steps: int = 30,
+            dtype: str = "float32", snapshot_every: int = 10) -> list[dict[str, Any]]:
+    """Strong (fixed ``n``) or weak (``n`` bodies per worker) scaling over worker processes.
+
+    Each point is a fresh loopback ``LocalCluster`` of ``w`` single-threaded worker
+    processes, like ``w`` one-core nodes. Strong: speedup ``t_1 / t_w`` and efficiency
+    ``speedup / w``. Weak: N grows ``w`` times, the work ``w**2`` times; efficiency is the
+    interaction rate per worker relative to one worker.
+    """
+    from distributed import Client
+
+    from .clusters import local
+
+    if kind not in ("strong", "weak"):
+        raise ValueError(f"kind must be 'strong' or 'weak', got {kind!r}")
+    rows = []
+    for w in workers:
+        size = n if kind == "strong" else n * w
+        with local(n_workers=w, threads_per_worker=1) as cluster, Client(cluster) as client:
+            run = simulate_rate(size, steps=steps, dtype=dtype, client=client,
+                                snapshot_every=snapshot_every)
+        run.update(scaling=kind, workers=w)
+        base = rows[0] if rows else run
+        if kind == "strong":
+            run["speedup"] = base["seconds_per_step"] / run["seconds_per_step"]
+            run["efficiency"] = run["speedup"] / w
+        else:
+            run["efficiency"] = (run["gint_s"] / w) / base["gint_s"]
+        rows.append(run)
+    return rows
+
+
+def scaling_table(rows: list[dict[str, Any]]) -> str:
+    """Markdown table of :func:`scaling` rows, in the layout of the scaling studies."""
+    lines = ["| scaling | workers | N | time per step | Gint/s | speedup | efficiency |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        speedup = f"{r['speedup']:.2f}x" if "speedup" in r else "-"
+        lines.append(f"| {r['scaling']} | {r['workers']} | {r['n']:,} | "
+                     f"{r['seconds_per_step'] * 1e3:.1f} ms | {r['gint_s']:.2f} | {speedup} | "
+                     f"{r['efficiency']:.2f} |")
+    return "\n".join(lines)

@@ -239,17 +239,29 @@ def plot(store, directory, kinds, snapshots, plane, overwrite) -> None:
 @click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32",
               show_default=True)
 @click.option("--steps", type=int, default=30, show_default=True,
-              help="Steps per run; the first 10 (and the start-up) are not timed.")
+              help="Steps of the long run; a run of 10 steps is subtracted (differential).")
+@click.option("--reps", type=int, default=1, show_default=True,
+              help="Repeats of each simulate() measurement (median and spread).")
+@click.option("--kernel-sweep/--no-kernel-sweep", default=True, show_default=True,
+              help="One-thread kernel rate over source tiles of 1k..128k bodies.")
+@click.option("--strong", "strong_n", type=int, default=None,
+              help="Strong scaling at this N over --workers worker processes.")
+@click.option("--weak", "weak_n", type=int, default=None,
+              help="Weak scaling with this N per worker over --workers worker processes.")
+@click.option("--workers", default=None,
+              help="Worker counts for the scaling tables, e.g. 1,2,4 [default: 1..cores].")
 @click.option("--reference", type=click.Path(file_okay=False), default=None,
               help="Folder of refbench.py [default: ../shared/bench when present].")
 @click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
               show_default=True, help="Kernel backend of the simulate() runs.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the results to this JSON file.")
-def bench(sizes, dtype, steps, reference, backend, json_path) -> None:
-    """Measure kernel and simulate() throughput, with ratios to the C reference."""
+def bench(sizes, dtype, steps, reps, kernel_sweep, strong_n, weak_n, workers, reference,
+          backend, json_path) -> None:
+    """Measure kernels, simulate() and scaling, with ratios to the C reference."""
     import json
     import os
+    import platform
 
     from . import benchmark
 
@@ -257,30 +269,62 @@ def bench(sizes, dtype, steps, reference, backend, json_path) -> None:
         refbench = benchmark.find_reference(reference)
         if reference and refbench is None:
             raise click.ClickException(f"no refbench.py in {reference!r}")
+        cores = os.cpu_count() or 1
+        counts = _worker_counts(workers, cores)
         results = []
         ref_kernel = "plain_f64" if dtype == "float64" else "avx512_j"
+
+        def with_reference(result: dict, n: int, threads: int) -> dict:
+            if refbench is not None:
+                result["reference"] = benchmark.reference_rate(refbench, n, threads, ref_kernel)
+            results.append(result)
+            return result
+
         if backend == "cuda":
             kernel = benchmark.kernel_rate(262_144, 262_144, dtype=dtype, backend="cuda")
-            click.echo(_rate_line("CUDA kernel, 262144 x 262144, copies included", kernel))
-        else:
-            kernel = benchmark.kernel_rate(dtype=dtype)
-            if refbench is not None:
-                kernel["reference"] = benchmark.reference_rate(refbench, 65_536, 1, ref_kernel)
-            click.echo(_rate_line("kernel, 1 thread, 4096 x 65536", kernel))
-        results.append(kernel)
-        threads = os.cpu_count() or 1
+            results.append(kernel)
+            click.echo(_rate_line("CUDA kernel, 262144 x 262144, tiles on the device", kernel))
+        elif kernel_sweep:
+            for symmetric in (False, True):
+                for k in benchmark.kernel_sweep(dtype=dtype, symmetric=symmetric):
+                    with_reference(k, 65_536, 1)
+                    name = "symmetric kernel" if symmetric else "kernel"
+                    click.echo(_rate_line(f"{name}, 1 thread, {k['n_targets']} x "
+                                          f"{k['n_sources']}", k))
         for n in sizes:
-            run = benchmark.simulate_rate(n, steps=steps, dtype=dtype, backend=backend)
-            if refbench is not None:
-                run["reference"] = benchmark.reference_rate(refbench, n, run["threads"],
-                                                            ref_kernel)
-            results.append(run)
+            run = benchmark.simulate_rate(n, steps=steps, dtype=dtype, backend=backend,
+                                          reps=reps)
+            with_reference(run, n, run["threads"])
+            spread = (f" [{run['seconds_per_step_min'] * 1e3:.0f}.."
+                      f"{run['seconds_per_step_max'] * 1e3:.0f}]" if reps > 1 else "")
             click.echo(_rate_line(f"simulate N={n}, {run['backend']}, tile {run['tile_size']}, "
                                   f"{run['threads']} threads, "
-                                  f"{run['seconds_per_step'] * 1e3:.0f} ms/step", run))
+                                  f"{run['seconds_per_step'] * 1e3:.0f}{spread} ms/step", run))
+        for kind, n in (("strong", strong_n), ("weak", weak_n)):
+            if n:
+                rows = benchmark.scaling(kind, n, counts, steps=steps, dtype=dtype)
+                for row in rows:
+                    with_reference(row, row["n"], row["workers"])
+                click.echo(benchmark.scaling_table(rows))
         if json_path:
-            payload = {"dtype": dtype, "cpu_count": threads, "results": results}
+            payload = {"dtype": dtype, "cpu_count": cores, "machine": platform.processor()
+                       or platform.machine(), "python": platform.python_version(),
+                       "results": results}
             Path(json_path).write_text(json.dumps(payload, indent=2))
+
+
+def _worker_counts(spec: str | None, cores: int) -> tuple[int, ...]:
+    if spec is None:
+        return tuple(range(1, cores + 1))
+    try:
+        counts = tuple(int(x) for x in spec.split(","))
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {spec!r}",
+                                 param_hint="--workers") from None
+    if not counts or min(counts) < 1:
+        raise click.BadParameter(f"worker counts must be >= 1, got {spec!r}",
+                                 param_hint="--workers")
+    return counts
 
 
 def _rate_line(label: str, result: dict) -> str:

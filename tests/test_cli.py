@@ -100,20 +100,44 @@ def test_unknown_key_in_config(runner, tmp_path):
 
 def test_bench_writes_json(runner, tmp_path, monkeypatch):
     import json
+    import math
 
     from nbody_dask import benchmark
 
     monkeypatch.setattr(benchmark, "find_reference", lambda path=None: None)
     out = tmp_path / "bench.json"
     result = runner.invoke(main, ["bench", "--n", "600", "--steps", "20", "--dtype", "float64",
-                                  "--backend", "cpu", "--json", str(out)])
+                                  "--backend", "cpu", "--no-kernel-sweep", "--strong", "600",
+                                  "--weak", "300", "--workers", "1,2", "--json", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
-    kernel, run = data["results"]
-    assert kernel["kind"] == "kernel" and kernel["gint_s"]["median"] > 0
+    run, *scaling = data["results"]
     assert run["kind"] == "simulate" and run["n"] == 600 and run["timed_steps"] == 10
-    assert run["gint_s"] == pytest.approx(600**2 / run["seconds_per_step"] / 1e9)
-    assert "Gint/s" in result.output
+    assert run["gint_s"] == pytest.approx(600**2 / run["seconds_per_step"] / 1e9, nan_ok=True)
+    strong, weak = scaling[:2], scaling[2:]
+    assert [(r["scaling"], r["workers"], r["n"]) for r in strong] == [("strong", 1, 600),
+                                                                       ("strong", 2, 600)]
+    assert [(r["scaling"], r["workers"], r["n"]) for r in weak] == [("weak", 1, 300),
+                                                                     ("weak", 2, 600)]
+    # N = 600 is far too small to time reliably: only the bookkeeping is checked here
+    assert strong[0]["speedup"] == 1 or math.isnan(strong[0]["speedup"])
+    assert all(not r["seconds_per_step"] <= 0 for r in scaling)
+    assert "| strong | 2 | 600 |" in result.output and "Gint/s" in result.output
+
+
+def test_kernel_sweep_counts_both_directions_of_the_symmetric_kernel():
+    from nbody_dask import benchmark
+
+    plain = benchmark.kernel_sweep(sources=(64, 300), n_targets=128, reps=1)
+    both = benchmark.kernel_sweep(sources=(64, 300), n_targets=128, reps=1, symmetric=True)
+    assert [(k["n_targets"], k["n_sources"]) for k in plain] == [(64, 64), (128, 300)]
+    assert [k["kind"] for k in both] == ["kernel-symmetric"] * 2
+    assert all(k["gint_s"]["median"] > 0 for k in plain + both)
+
+
+def test_bench_rejects_bad_worker_counts(runner):
+    result = runner.invoke(main, ["bench", "--workers", "1,x", "--no-kernel-sweep"])
+    assert result.exit_code == 2 and "--workers" in result.output
 
 
 def test_resume_command(runner, tmp_path):

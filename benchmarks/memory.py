@@ -1,0 +1,58 @@
+"""Peak memory per worker during one force evaluation at large N (issue target: N = 1,048,576
+with peak RSS per worker < 1 GiB; no O(N^2) array anywhere).
+
+    python benchmarks/memory.py --n 1048576 --workers 2
+
+Starts a loopback LocalCluster of single-threaded worker processes, samples every worker's
+resident set size (psutil) every 0.2 s while ``nbody_dask.accelerations`` runs, and prints
+the peak per worker and the time taken.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+
+import psutil
+from distributed import Client
+
+import nbody_dask
+from nbody_dask.clusters import local
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=1_048_576)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--dtype", default="float32")
+    args = parser.parse_args()
+
+    bodies = nbody_dask.plummer(args.n, seed=0)
+    with local(n_workers=args.workers, threads_per_worker=1) as cluster, \
+            Client(cluster) as client:
+        pids = client.run(lambda: psutil.Process().pid)
+        procs = {addr: psutil.Process(pid) for addr, pid in pids.items()}
+        peak = {addr: p.memory_info().rss for addr, p in procs.items()}
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(0.2):
+                for addr, p in procs.items():
+                    peak[addr] = max(peak[addr], p.memory_info().rss)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        t0 = time.perf_counter()
+        acc = nbody_dask.accelerations(bodies, 0.01, dtype=args.dtype, client=client)
+        seconds = time.perf_counter() - t0
+        done.set()
+        sampler.join()
+    print(f"N = {args.n:,}, {args.workers} workers, {args.dtype}: {seconds:.1f} s, "
+          f"{args.n**2 / seconds / 1e9:.2f} Gint/s; accelerations {acc.shape}")
+    for addr, rss in peak.items():
+        print(f"  peak RSS {rss / 2**20:7.1f} MiB  {addr}")
+
+
+if __name__ == "__main__":
+    main()
