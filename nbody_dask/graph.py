@@ -71,6 +71,12 @@ class StepPlan:
         return "-".join(["nbody", stage, self.token, str(step), *map(str, index)])
 
 
+def _eps2(tile: Tile, softening: float):
+    """Squared softening in the tile's dtype (no float64 enters a float32 kernel)."""
+    ftype = tile.position.dtype.type
+    return ftype(softening) * ftype(softening)
+
+
 def pair_forces(target: Tile, source: Tile, softening: float, with_potential: bool,
                 backend: str = "cpu") -> np.ndarray:
     """Partial forces (G = 1) on ``target`` due to ``source``; one kernel call.
@@ -78,8 +84,7 @@ def pair_forces(target: Tile, source: Tile, softening: float, with_potential: bo
     Returns an array of shape (3, n_target), or (4, n_target) with the potential in row 3.
     """
     kernels = tile_kernels(backend)
-    ftype = target.position.dtype.type
-    eps2 = ftype(softening) * ftype(softening)
+    eps2 = _eps2(target, softening)
     return kernels.tile_pair_forces(target.position, source.position, source.mass, eps2,
                                     with_potential, target.start == source.start)
 
@@ -89,8 +94,7 @@ def symmetric_pair_forces(target: Tile, source: Tile, softening: float,
     """Partial forces (G = 1) on both tiles of a pair of distinct tiles; one CPU kernel call."""
     from .kernels import cpu
 
-    ftype = target.position.dtype.type
-    eps2 = ftype(softening) * ftype(softening)
+    eps2 = _eps2(target, softening)
     return cpu.symmetric_pair_forces(target.position, target.mass, source.position,
                                      source.mass, eps2, with_potential)
 
@@ -99,8 +103,7 @@ def self_forces(tile: Tile, softening: float, with_potential: bool) -> np.ndarra
     """Partial forces (G = 1) of a tile on itself, each pair once; one CPU kernel call."""
     from .kernels import cpu
 
-    ftype = tile.position.dtype.type
-    eps2 = ftype(softening) * ftype(softening)
+    eps2 = _eps2(tile, softening)
     return cpu.self_tile_forces(tile.position, tile.mass, eps2, with_potential)
 
 
