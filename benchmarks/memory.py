@@ -5,12 +5,13 @@ with peak RSS per worker < 1 GiB; no O(N^2) array anywhere).
 
 Starts a loopback LocalCluster of single-threaded worker processes, samples every worker's
 resident set size (psutil) every 0.2 s while ``nbody_dask.accelerations`` runs, and prints
-the peak per worker and the time taken.
+the peak per worker, the driver's peak and the time taken.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import threading
 import time
 
@@ -52,6 +53,8 @@ def main() -> None:
           f"{args.n**2 / seconds / 1e9:.2f} Gint/s; accelerations {acc.shape}")
     for addr, rss in peak.items():
         print(f"  peak RSS {rss / 2**20:7.1f} MiB  {addr}")
+    driver = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    print(f"  peak RSS {driver / 2**10:7.1f} MiB  driver (bodies, gathered accelerations)")
 
 
 if __name__ == "__main__":

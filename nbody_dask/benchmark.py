@@ -13,6 +13,7 @@ import math
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,23 @@ FLOP_PER_INTERACTION = 20
 def _stats(rates: list[float]) -> dict[str, float]:
     return {"median": statistics.median(rates), "min": min(rates), "max": max(rates),
             "gflops": FLOP_PER_INTERACTION * statistics.median(rates)}
+
+
+def _call_rates(call, interactions: int, reps: int, min_seconds: float = 0.05) -> list[float]:
+    """Gint/s of ``reps`` timings of ``call``, each repeating it for at least ``min_seconds``
+    (one call of a small tile lasts ~0.3 ms: too short for one clock reading). The first
+    call compiles or loads the kernel and is not timed."""
+    call()
+    t0 = time.perf_counter()
+    call()
+    calls = max(1, math.ceil(min_seconds / max(time.perf_counter() - t0, 1e-6)))
+    rates = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            call()
+        rates.append(calls * interactions / (time.perf_counter() - t0) / 1e9)
+    return rates
 
 
 def kernel_rate(n_targets: int = 4096, n_sources: int = 65536, dtype: str = "float32",
@@ -46,12 +64,8 @@ def kernel_rate(n_targets: int = 4096, n_sources: int = 65536, dtype: str = "flo
     targets = np.ascontiguousarray(sources[:, :n_targets])
     ms = np.full(n_sources, 1.0 / n_sources, ftype)
     eps2 = ftype(1e-4)
-    tile_pair_forces(targets, sources, ms, eps2, False)  # compile / load from cache / copy
-    rates = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        tile_pair_forces(targets, sources, ms, eps2, False)
-        rates.append(n_targets * n_sources / (time.perf_counter() - t0) / 1e9)
+    rates = _call_rates(partial(tile_pair_forces, targets, sources, ms, eps2, False),
+                        n_targets * n_sources, reps)
     return {"kind": "kernel", "backend": backend, "dtype": dtype, "n_targets": n_targets,
             "n_sources": n_sources, "threads": 1, "gint_s": _stats(rates)}
 
@@ -154,12 +168,8 @@ def kernel_sweep(sources: tuple[int, ...] = (1024, 4096, 16384, 65536, 131072),
         nt = min(n_targets, ns)
         pt, ps = rng.random((3, nt)).astype(ftype), rng.random((3, ns)).astype(ftype)
         mt, ms = np.full(nt, 1 / ns, ftype), np.full(ns, 1 / ns, ftype)
-        symmetric_pair_forces(pt, mt, ps, ms, ftype(1e-4), False)
-        rates = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            symmetric_pair_forces(pt, mt, ps, ms, ftype(1e-4), False)
-            rates.append(2 * nt * ns / (time.perf_counter() - t0) / 1e9)
+        rates = _call_rates(partial(symmetric_pair_forces, pt, mt, ps, ms, ftype(1e-4), False),
+                            2 * nt * ns, reps)
         out.append({"kind": "kernel-symmetric", "backend": "cpu", "dtype": dtype,
                     "n_targets": nt, "n_sources": ns, "threads": 1, "gint_s": _stats(rates)})
     return out

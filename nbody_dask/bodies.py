@@ -251,18 +251,50 @@ def auto_tile_size(n: int, threads: int, backend: str = "cpu") -> int:
     On GPUs (``backend="cuda"``) tiles are large (>= 65,536 bodies, at most 4 per step's
     row) so that each kernel launch runs long against its transfers.
 
-    Up to 4,096 bodies the whole system is one tile: a step then costs ~10 ms of kernel,
-    about one Dask round trip, and runs as a fused task of many steps. Beyond that, enough
-    tile-pair tasks to keep every thread busy (at least ``2 * threads``) while each task stays
-    long (tiles of >= 2,048 bodies) so that Dask's ~1 ms per-task cost stays small; tiles grow
-    with ``n`` to hold the task count (``tiles**2`` per step) at most 256.
+    On CPUs, up to 4,096 bodies the whole system is one tile: a step then costs ~10 ms of
+    kernel, about one Dask round trip, and runs as a fused task of many steps. Beyond that the
+    number of tiles ``T`` is the smallest that
+
+    * gives at least two tile pairs per thread (``T**2 >= 2 * threads``) and tiles of at most
+      16,384 bodies, up to 16 tiles: larger tiles cost the kernel nothing (it is flat in the
+      source count up to 128k) and fewer tasks cost Dask less (~1-2 ms each on a small
+      machine);
+    * lets the threads share a step's work evenly, since a step ends at a barrier (each kick
+      waits for its whole row of tile pairs): spread over the threads in whole tile pairs,
+      ``T**2 / (threads * ceil(T**2 / threads))`` must be at least 0.9. (12 tiles would keep
+      64 threads busy 75% of the time, 16 tiles all of it.) The symmetric kernel's tasks,
+      one per unordered pair plus half-sized self-tile tasks, split in half units the same
+      way;
+
+    and never tiles under 2,048 bodies. Override with ``tile_size`` or ``nbody.tile-size``.
+
+    Parameters
+    ----------
+    n : int
+        Number of bodies.
+    threads : int
+        Worker threads of the cluster.
+    backend : {"cpu", "cuda"}
+        Kernel backend.
+
+    Returns
+    -------
+    int
+        Bodies per tile (the last tile holds the remainder).
     """
     if backend == "cuda":
         return max(1, min(n, max(65_536, math.ceil(n / 4))))
     if n <= 4096:
         return max(n, 1)
     threads = max(1, int(threads))
-    min_tiles = math.ceil(math.sqrt(2 * threads))
-    tiles = max(min_tiles, math.ceil(n / 16_384))
-    tiles = min(tiles, max(1, math.ceil(n / 2_048)), 16)
+    most = max(1, n // 2_048)
+    tiles = min(max(math.ceil(math.sqrt(2 * threads)), min(math.ceil(n / 16_384), 16)), most)
+    while tiles < most and _balance(tiles, threads) < 0.9:
+        tiles += 1
     return max(1, math.ceil(n / tiles))
+
+
+def _balance(tiles: int, threads: int) -> float:
+    """Busy share of ``threads`` given a step's ``tiles**2`` tile pairs in whole units."""
+    pairs = tiles * tiles
+    return pairs / (threads * math.ceil(pairs / threads))

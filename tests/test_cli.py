@@ -135,6 +135,23 @@ def test_kernel_sweep_counts_both_directions_of_the_symmetric_kernel():
     assert all(k["gint_s"]["median"] > 0 for k in plain + both)
 
 
+def test_kernel_timings_repeat_short_calls():
+    import time
+
+    from nbody_dask import benchmark
+
+    calls = []
+
+    def kernel():  # a 10 ms "kernel" of 1e7 interactions: 1 Gint/s at most
+        calls.append(1)
+        time.sleep(0.01)
+
+    rates = benchmark._call_rates(kernel, 10**7, reps=2, min_seconds=0.05)
+    per_rep = (len(calls) - 2) / 2  # one untimed call to compile, one to size the reps
+    assert len(rates) == 2 and per_rep == int(per_rep) and 2 <= per_rep <= 5
+    assert all(0.3 < r <= 1.0 for r in rates)
+
+
 def test_bench_rejects_bad_worker_counts(runner):
     result = runner.invoke(main, ["bench", "--workers", "1,x", "--no-kernel-sweep"])
     assert result.exit_code == 2 and "--workers" in result.output

@@ -7,7 +7,7 @@ import pytest
 from dask.core import get_dependencies
 
 import nbody_dask
-from nbody_dask.bodies import split_tiles, tile_bounds
+from nbody_dask.bodies import auto_tile_size, split_tiles, tile_bounds
 from nbody_dask.graph import (StepPlan, eager, fused_steps, initial_graph, snapshot_graph,
                               step_graph)
 
@@ -79,6 +79,30 @@ def test_tiles_cover_every_body_once():
         covered = np.concatenate([np.arange(lo, hi) for lo, hi in bounds])
         np.testing.assert_array_equal(covered, np.arange(n))
         assert all(hi - lo == size for lo, hi in bounds[:-1])
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 4, 8, 16, 24, 64, 256, 1024])
+@pytest.mark.parametrize("n", [4097, 16_384, 65_536, 100_003, 262_144, 1_048_576, 4_194_304])
+def test_auto_tile_size_keeps_every_thread_busy(n, threads):
+    size = auto_tile_size(n, threads)
+    tiles = len(tile_bounds(n, size))
+    assert size >= 2048 or tiles == 1
+    if tiles < n // 2048:  # not held back by the smallest tile: even work for every thread
+        pairs = tiles * tiles
+        assert pairs >= 2 * threads
+        assert pairs / (threads * -(-pairs // threads)) >= 0.9
+        assert size <= 16_384 or tiles >= 16
+
+
+def test_auto_tile_size_known_layouts():
+    # measured on 2 cores (benchmarks/README.md): 2 tiles at N = 16,384, 4 at 65,536
+    assert auto_tile_size(4096, 2) == 4096  # one fused tile
+    assert auto_tile_size(16_384, 2) == 8192
+    assert auto_tile_size(65_536, 2) == 16_384
+    assert auto_tile_size(1_048_576, 2) == 65_536  # at most 16 tiles when threads are few
+    assert auto_tile_size(65_536, 64) == 4096  # 16 tiles: 256 pairs, 4 per thread
+    assert auto_tile_size(65_536, 12) == 10_923  # 36 pairs, 3 per thread
+    assert auto_tile_size(300_000, 8, backend="cuda") == 75_000
 
 
 def test_fused_steps_equal_the_task_graph(client):
