@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["kernel_rate", "kernel_sweep", "simulate_rate", "scaling", "scaling_table",
-           "reference_rate", "find_reference"]
+__all__ = ["kernel_rate", "kernel_sweep", "cuda_variants", "simulate_rate", "scaling",
+           "scaling_table", "reference_rate", "find_reference"]
 
 FLOP_PER_INTERACTION = 20
 
@@ -48,11 +48,13 @@ def _call_rates(call, interactions: int, reps: int, min_seconds: float = 0.05) -
 
 
 def kernel_rate(n_targets: int = 4096, n_sources: int = 65536, dtype: str = "float32",
-                reps: int = 5, seed: int = 0, backend: str = "cpu") -> dict[str, Any]:
+                reps: int = 5, seed: int = 0, backend: str = "cpu",
+                launch: dict[str, int] | None = None) -> dict[str, Any]:
     """One tile pair, in this process: Gint/s of the ``tile_pair_forces`` kernel of ``backend``.
 
     The CPU kernel runs on one thread. The CUDA timing is what a pair task pays on a worker
-    whose device cache already holds both tiles: the kernel and the copy of the result back.
+    whose device cache already holds both tiles: the kernel and the copy of the result back;
+    ``launch`` (``block``, ``per_thread``) chooses its launch shape.
     """
     from .backends import tile_kernels
 
@@ -64,10 +66,21 @@ def kernel_rate(n_targets: int = 4096, n_sources: int = 65536, dtype: str = "flo
     targets = np.ascontiguousarray(sources[:, :n_targets])
     ms = np.full(n_sources, 1.0 / n_sources, ftype)
     eps2 = ftype(1e-4)
-    rates = _call_rates(partial(tile_pair_forces, targets, sources, ms, eps2, False),
-                        n_targets * n_sources, reps)
+    rates = _call_rates(partial(tile_pair_forces, targets, sources, ms, eps2, False,
+                                **(launch or {})), n_targets * n_sources, reps)
     return {"kind": "kernel", "backend": backend, "dtype": dtype, "n_targets": n_targets,
-            "n_sources": n_sources, "threads": 1, "gint_s": _stats(rates)}
+            "n_sources": n_sources, "threads": 1, **(launch or {}), "gint_s": _stats(rates)}
+
+
+def cuda_variants(n: int = 262_144, dtype: str = "float32",
+                  reps: int = 5) -> list[dict[str, Any]]:
+    """:func:`kernel_rate` of the CUDA kernel at ``n x n`` for each launch shape of
+    :data:`nbody_dask.kernels.cuda.VARIANTS` (threads per block, targets per thread)."""
+    from .kernels import cuda
+
+    return [kernel_rate(n, n, dtype=dtype, reps=reps, backend="cuda",
+                        launch={"block": block, "per_thread": per_thread})
+            for block, per_thread in cuda.VARIANTS]
 
 
 def simulate_rate(n: int, steps: int = 30, dtype: str = "float32", snapshot_every: int = 10,

@@ -281,9 +281,11 @@ def bench(sizes, dtype, steps, reps, kernel_sweep, strong_n, weak_n, workers, re
             return result
 
         if backend == "cuda":
-            kernel = benchmark.kernel_rate(262_144, 262_144, dtype=dtype, backend="cuda")
-            results.append(kernel)
-            click.echo(_rate_line("CUDA kernel, 262144 x 262144, tiles on the device", kernel))
+            for kernel in benchmark.cuda_variants(262_144, dtype=dtype):
+                results.append(kernel)
+                click.echo(_rate_line(f"CUDA kernel, 262144 x 262144, block {kernel['block']}, "
+                                      f"{kernel['per_thread']} targets/thread, tiles on the "
+                                      "device", kernel))
         elif kernel_sweep:
             for symmetric in (False, True):
                 for k in benchmark.kernel_sweep(dtype=dtype, symmetric=symmetric):

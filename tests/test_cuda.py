@@ -61,6 +61,62 @@ def test_cuda_kernel_matches_cpu_kernel_in_simulator():
         assert err_full <= tol and err_accel <= tol, (key, err_full, err_accel)
 
 
+def test_launch_shape_matches_cpu_kernel_in_simulator():
+    """An odd launch shape (the benchmark's shapes are all checked by the GPU check script,
+    below): several targets per thread, blocks partly filled with targets and with sources,
+    the potential on and off."""
+    result = _in_simulator("""
+        import json, numpy as np
+        from nbody_dask import benchmark
+        from nbody_dask.kernels import cpu, cuda
+        out = {}
+        rng = np.random.default_rng(7)
+        for block, per_thread in ((32, 3),):
+            for nt, ns in ((1, 1), (70, 45), (200, 200)):
+                pt, ps = rng.random((3, nt)), rng.random((3, ns))
+                ms = rng.random(ns) / ns
+                for dtype in (np.float32, np.float64):
+                    t, s, m = pt.astype(dtype), ps.astype(dtype), ms.astype(dtype)
+                    for potential in (False, True):
+                        g = cuda.tile_pair_forces(t, s, m, dtype(1e-4), potential,
+                                                  block=block, per_thread=per_thread)
+                        c = cpu.tile_pair_forces(t, s, m, dtype(1e-4), potential)
+                        assert g.dtype == dtype and g.shape == c.shape
+                        scale = np.abs(c).max(axis=1, keepdims=True) + m.max() / 1e-2
+                        key = f"{block}-{per_thread}-{nt}-{ns}-{np.dtype(dtype).name}-{potential}"
+                        out[key] = float((np.abs(g - c) / scale).max())
+        rate = benchmark.kernel_rate(40, 40, reps=1, backend="cuda",
+                                     launch={"block": 32, "per_thread": 2})
+        out["rate"] = [rate["block"], rate["per_thread"], rate["gint_s"]["median"]]
+        print(json.dumps(out))
+    """)
+    block, per_thread, rate = result.pop("rate")
+    assert (block, per_thread) == (32, 2) and rate > 0
+    assert len(result) == 3 * 2 * 2
+    for key, err in result.items():
+        assert err <= (2e-6 if "float32" in key else 1e-13), (key, err)
+
+
+def test_prepared_gpu_check_runs_in_simulator(tmp_path):
+    """benchmarks/gpu/check.py, the one script a lent GPU machine runs, works end to end."""
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "check.py"
+    out = tmp_path / "gpu.json"
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
+    proc = subprocess.run([sys.executable, str(script), "--quick", "--json", str(out)],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["device"] == "simulator"
+    checks = {r["check"]: r for r in data["results"] if "check" in r}
+    assert checks["cuda-vs-cpu (all)"]["ok"] and checks["cuda-vs-cpu (all)"]["cases"] == 61
+    assert checks["simulate-cuda-vs-cpu"]["ok"]
+    rates = [r for r in data["results"] if r.get("kind") == "kernel"]
+    assert len(rates) == 5 and all(r["backend"] == "cuda" and r["tflops"] > 0 for r in rates)
+    assert [r for r in data["results"] if r.get("kind") == "simulate"][0]["backend"] == "cuda"
+
+
 def test_zero_softening_is_finite_in_simulator():
     result = _in_simulator("""
         import json, numpy as np

@@ -1,10 +1,11 @@
 """Numba CUDA tile-pair kernel, same contract as :mod:`nbody_dask.kernels.cpu`.
 
-NVIDIA's classic N-body shape: one thread per target body; each block stages a tile of
-``BLOCK`` sources in shared memory, synchronises, every thread accumulates over the tile,
-synchronises, next tile. The last source tile is padded with zero-mass bodies (a masked
-tail), so any lengths work. ``fastmath`` lets ``1 / sqrt`` compile to the hardware
-reciprocal square root. float32 and float64; no float64 literal enters the float32 kernel.
+NVIDIA's classic N-body shape: targets in threads (``TARGETS_PER_THREAD`` each, one by
+default); each block stages a tile of ``BLOCK`` sources in shared memory, synchronises,
+every thread accumulates over the tile, synchronises, next tile. The last source tile is
+padded with zero-mass bodies (a masked tail), so any lengths work. ``fastmath`` lets
+``1 / sqrt`` compile to the hardware reciprocal square root. float32 and float64; no
+float64 literal enters the float32 kernel.
 
 ``import nbody_dask`` does not import this module, and importing it needs no GPU: kernels are
 compiled on first use. (``numba.cuda`` is imported at module level because the simulator
@@ -32,11 +33,15 @@ from collections import OrderedDict
 import numpy as np
 from numba import cuda, float32, float64
 
-__all__ = ["BLOCK", "available", "accel_tile", "accel_potential_tile", "tile_pair_forces",
-           "DeviceCache", "DEVICE_CACHE"]
+__all__ = ["BLOCK", "TARGETS_PER_THREAD", "VARIANTS", "available", "accel_tile",
+           "accel_potential_tile", "tile_pair_forces", "DeviceCache", "DEVICE_CACHE"]
 
-#: Threads per block, and sources staged in shared memory per pass.
+#: Threads per block, and sources staged in shared memory per pass (default).
 BLOCK = 128
+#: Target bodies per thread (default): each source read from shared memory serves this many.
+TARGETS_PER_THREAD = 1
+#: Launch shapes ``nbody-dask bench --backend cuda`` compares: (block, targets per thread).
+VARIANTS = ((128, 1), (256, 1), (128, 2), (256, 2), (128, 4))
 
 
 def available() -> bool:
@@ -48,31 +53,48 @@ def available() -> bool:
 
 
 @functools.cache
-def _kernel(dtype_name: str):
-    """Compile (once per process and dtype) the tile-pair kernel."""
+def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int):
+    """Compile (once per process and variant) the tile-pair kernel.
+
+    Block ``b`` covers ``b * per_thread`` targets: thread ``t`` takes targets
+    ``t, t + b, ...`` (coalesced loads and stores), keeping their sums in registers, so each
+    source staged in shared memory is read once for ``per_thread`` interactions.
+    ``with_potential`` is a compile-time constant: the acceleration-only kernel does no
+    potential arithmetic.
+    """
     ftype = {"float32": float32, "float64": float64}[dtype_name]
+    potential = bool(with_potential)
 
     @cuda.jit(fastmath=True)
-    def tile_pair(pt, ps, ms, eps2, with_potential, diagonal, out):
-        sx = cuda.shared.array(BLOCK, ftype)
-        sy = cuda.shared.array(BLOCK, ftype)
-        sz = cuda.shared.array(BLOCK, ftype)
-        sm = cuda.shared.array(BLOCK, ftype)
-        i = cuda.grid(1)
+    def tile_pair(pt, ps, ms, eps2, diagonal, out):
+        sx = cuda.shared.array(block, ftype)
+        sy = cuda.shared.array(block, ftype)
+        sz = cuda.shared.array(block, ftype)
+        sm = cuda.shared.array(block, ftype)
+        xi = cuda.local.array(per_thread, ftype)
+        yi = cuda.local.array(per_thread, ftype)
+        zi = cuda.local.array(per_thread, ftype)
+        ax = cuda.local.array(per_thread, ftype)
+        ay = cuda.local.array(per_thread, ftype)
+        az = cuda.local.array(per_thread, ftype)
+        phi = cuda.local.array(per_thread, ftype)
         tid = cuda.threadIdx.x
+        first = cuda.blockIdx.x * block * per_thread + tid
         nt = pt.shape[1]
         ns = ps.shape[1]
         zero = ftype(0)
         one = ftype(1)
-        active = i < nt
-        xi = pt[0, i] if active else zero
-        yi = pt[1, i] if active else zero
-        zi = pt[2, i] if active else zero
-        ax = zero
-        ay = zero
-        az = zero
-        phi = zero
-        for base in range(0, ns, BLOCK):
+        for p in range(per_thread):
+            i = first + p * block
+            active = i < nt  # inactive lanes compute on a dummy target and store nothing
+            xi[p] = pt[0, i] if active else zero
+            yi[p] = pt[1, i] if active else zero
+            zi[p] = pt[2, i] if active else zero
+            ax[p] = zero
+            ay[p] = zero
+            az[p] = zero
+            phi[p] = zero
+        for base in range(0, ns, block):
             j = base + tid
             if j < ns:
                 sx[tid] = ps[0, j]
@@ -85,28 +107,35 @@ def _kernel(dtype_name: str):
                 sz[tid] = zero
                 sm[tid] = zero
             cuda.syncthreads()
-            if active:
-                for k in range(BLOCK):
-                    dx = sx[k] - xi
-                    dy = sy[k] - yi
-                    dz = sz[k] - zi
+            for k in range(block):
+                xs = sx[k]
+                ys = sy[k]
+                zs = sz[k]
+                mk = sm[k]
+                for p in range(per_thread):
+                    dx = xs - xi[p]
+                    dy = ys - yi[p]
+                    dz = zs - zi[p]
                     r2 = dx * dx + dy * dy + dz * dz + eps2
                     inv = one / math.sqrt(r2) if r2 > zero else zero
-                    mi = sm[k] * inv
+                    mi = mk * inv
                     s = mi * inv * inv
-                    ax += s * dx
-                    ay += s * dy
-                    az += s * dz
-                    phi -= mi
+                    ax[p] += s * dx
+                    ay[p] += s * dy
+                    az[p] += s * dz
+                    if potential:
+                        phi[p] -= mi
             cuda.syncthreads()
-        if active:
-            out[0, i] = ax
-            out[1, i] = ay
-            out[2, i] = az
-            if with_potential:
-                if diagonal and eps2 > zero:
-                    phi += ms[i] / math.sqrt(eps2)  # remove the self term -m_i / eps
-                out[3, i] = phi
+        for p in range(per_thread):
+            i = first + p * block
+            if i < nt:
+                out[0, i] = ax[p]
+                out[1, i] = ay[p]
+                out[2, i] = az[p]
+                if potential:
+                    if diagonal and eps2 > zero:
+                        phi[p] += ms[i] / math.sqrt(eps2)  # remove the self term -m_i / eps
+                    out[3, i] = phi[p]
 
     return tile_pair
 
@@ -177,36 +206,43 @@ DEVICE_CACHE = DeviceCache()
 
 
 def _run(d_target, d_source, d_mass, nt: int, ns: int, dtype: np.dtype, eps2,
-         with_potential: bool, diagonal: bool) -> np.ndarray:
+         with_potential: bool, diagonal: bool, block: int | None = None,
+         per_thread: int | None = None) -> np.ndarray:
+    block = block or BLOCK
+    per_thread = per_thread or TARGETS_PER_THREAD
     rows = 4 if with_potential else 3
     if nt == 0 or ns == 0:
         return np.zeros((rows, nt), dtype=dtype)
     d_out = cuda.device_array((rows, nt), dtype=dtype)
-    blocks = (nt + BLOCK - 1) // BLOCK
-    _kernel(dtype.name)[blocks, BLOCK](d_target, d_source, d_mass, dtype.type(eps2),
-                                       with_potential, diagonal, d_out)
+    blocks = math.ceil(nt / (block * per_thread))
+    _kernel(dtype.name, bool(with_potential), block, per_thread)[blocks, block](
+        d_target, d_source, d_mass, dtype.type(eps2), diagonal, d_out)
     return d_out.copy_to_host()
 
 
 def tile_pair_forces(target_position: np.ndarray, source_position: np.ndarray,
                      source_mass: np.ndarray, eps2, with_potential: bool,
-                     diagonal: bool = False) -> np.ndarray:
+                     diagonal: bool = False, *, block: int | None = None,
+                     per_thread: int | None = None) -> np.ndarray:
     """Partial forces (3 or 4, nt) of a tile pair from (3, n) position arrays, on the GPU.
 
     The inputs' device copies come from :data:`DEVICE_CACHE`, so a tile used by many pair
-    tasks on this worker is copied to the device once.
+    tasks on this worker is copied to the device once. ``block`` and ``per_thread`` choose
+    the launch shape (default :data:`BLOCK`, :data:`TARGETS_PER_THREAD`).
     """
     get = DEVICE_CACHE.get
     return _run(get(target_position), get(source_position), get(source_mass),
                 target_position.shape[1], source_position.shape[1],
-                np.result_type(target_position), eps2, with_potential, bool(diagonal))
+                np.result_type(target_position), eps2, with_potential, bool(diagonal),
+                block, per_thread)
 
 
-def _uncached(xt, yt, zt, xs, ys, zs, ms, eps2, with_potential: bool, diagonal: bool):
+def _uncached(xt, yt, zt, xs, ys, zs, ms, eps2, with_potential: bool, diagonal: bool,
+              block: int | None = None, per_thread: int | None = None):
     target, source = np.stack([xt, yt, zt]), np.stack([xs, ys, zs])
     return _run(cuda.to_device(target), cuda.to_device(source),
                 cuda.to_device(np.ascontiguousarray(ms)), target.shape[1], source.shape[1],
-                np.result_type(xt), eps2, with_potential, diagonal)
+                np.result_type(xt), eps2, with_potential, diagonal, block, per_thread)
 
 
 def accel_tile(xt, yt, zt, xs, ys, zs, ms, eps2):

@@ -1,0 +1,136 @@
+"""The GPU check of issue 5, as one script for a device machine lent for a few minutes.
+
+    bash benchmarks/gpu/wheels.sh                           # here: wheels the image lacks
+    # device tool: run(command="bash benchmarks/gpu/device-check.sh", carry=[".whl"])
+    NUMBA_ENABLE_CUDASIM=1 python benchmarks/gpu/check.py --quick   # the script, no GPU
+
+1. The CUDA kernel against the CPU kernel for every launch shape of
+   ``kernels.cuda.VARIANTS``, both dtypes, the potential on and off, lengths that fill no
+   block; and the float32 GPU result against the independent float64 direct sum.
+2. ``simulate(backend="cuda")`` against ``backend="cpu"`` from the same bodies.
+3. Kernel Gint/s and TFLOPS (20 FLOP per interaction) at N x N for every launch shape, the
+   tiles already on the device, and the share of the H200's FP32 peak (~67 TFLOPS).
+4. ``simulate()`` steady state at N with ``backend="cuda"`` (differential timing).
+
+Prints one line per result and writes everything as JSON (``--json``). Exits non-zero if a
+correctness check fails, after printing what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+FP32_PEAK_TFLOPS = 67.0  # H200 SXM, dense FP32 without tensor cores
+
+
+def _kernel_agreement(quick: bool) -> list[dict]:
+    from nbody_dask.kernels import cpu, cuda
+
+    sizes = ((1, 1), (31, 31), (200, 200)) if quick else ((1, 1), (31, 31), (200, 200),
+                                                           (4097, 70_001))
+    rng = np.random.default_rng(5)
+    rows = []
+    for block, per_thread in cuda.VARIANTS:
+        for nt, ns in sizes:
+            pt, ps, ms = rng.random((3, nt)), rng.random((3, ns)), rng.random(ns) / ns
+            for dtype in (np.float32, np.float64):
+                t, s, m = pt.astype(dtype), ps.astype(dtype), ms.astype(dtype)
+                for potential in (False, True):
+                    g = cuda.tile_pair_forces(t, s, m, dtype(1e-4), potential, block=block,
+                                              per_thread=per_thread)
+                    c = cpu.tile_pair_forces(t, s, m, dtype(1e-4), potential)
+                    scale = np.abs(c).max(axis=1, keepdims=True) + m.max() / 1e-2
+                    err = float((np.abs(g - c) / scale).max())
+                    tol = 2e-6 if dtype == np.float32 else 1e-13
+                    rows.append({"check": "cuda-vs-cpu", "block": block,
+                                 "per_thread": per_thread, "nt": nt, "ns": ns,
+                                 "dtype": np.dtype(dtype).name, "potential": potential,
+                                 "max_rel_err": err, "tol": tol, "ok": err <= tol})
+    n = 128 if quick else 4096
+    pos, mass = rng.standard_normal((n, 3)), np.full(n, 1.0 / n)
+    ref, _ = cpu.direct_sum_reference(pos, mass, softening=0.01)
+    p32 = np.ascontiguousarray(pos.T, dtype=np.float32)
+    g = cuda.tile_pair_forces(p32, p32, mass.astype(np.float32), np.float32(1e-4), False,
+                              diagonal=True).T
+    err = float(np.abs(g - ref).max() / np.abs(ref).max())
+    rows.append({"check": "cuda-float32-vs-float64-reference", "n": n, "max_rel_err": err,
+                 "tol": 1e-5, "ok": err <= 1e-5})
+    return rows
+
+
+def _simulate_agreement(quick: bool) -> dict:
+    import nbody_dask
+
+    n, steps = (64, 4) if quick else (8192, 50)
+    bodies = nbody_dask.plummer(n, seed=1)
+    runs = {b: nbody_dask.simulate(bodies, steps=steps, dt=1 / 256, softening=0.01,
+                                   dtype="float64", backend=b, progress=False)
+            for b in ("cpu", "cuda")}
+    final = {b: r.position.isel(time=-1).values for b, r in runs.items()}
+    err = float(np.abs(final["cuda"] - final["cpu"]).max())
+    energy = runs["cuda"].total_energy.values
+    drift = float(np.abs(energy / energy[0] - 1).max())
+    return {"check": "simulate-cuda-vs-cpu", "n": n, "steps": steps, "dtype": "float64",
+            "max_abs_position_diff": err, "cuda_energy_error": drift, "tol": 1e-9,
+            "ok": err <= 1e-9}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="sizes for Numba's CUDA simulator (tests this script)")
+    parser.add_argument("--n", type=int, default=None, help="N of the rate measurements")
+    parser.add_argument("--json", dest="json_path", default=None)
+    args = parser.parse_args()
+    n = args.n or (256 if args.quick else 262_144)
+
+    import numba
+    from numba import cuda as numba_cuda
+
+    from nbody_dask import benchmark
+    from nbody_dask.kernels import cuda
+
+    if not cuda.available():
+        print("no CUDA device (and no simulator): nothing to check", file=sys.stderr)
+        return 2
+    simulator = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+    device = "simulator" if simulator else numba_cuda.get_current_device().name
+    device = device.decode() if isinstance(device, bytes) else str(device)
+    out = {"device": device, "numba": numba.__version__, "python": platform.python_version(),
+           "n": n, "results": []}
+
+    def report(row: dict) -> None:
+        out["results"].append(row)
+        print(json.dumps(row), flush=True)
+
+    t0 = time.perf_counter()
+    agreement = _kernel_agreement(args.quick)
+    failed = [r for r in agreement if not r["ok"]]
+    report({"check": "cuda-vs-cpu (all)", "cases": len(agreement), "failed": failed,
+            "worst": max(r["max_rel_err"] for r in agreement), "ok": not failed,
+            "seconds": time.perf_counter() - t0})
+    report(_simulate_agreement(args.quick))
+    for rate in benchmark.cuda_variants(n, reps=1 if args.quick else 5):
+        rate["tflops"] = rate["gint_s"]["gflops"] / 1e3
+        rate["share_of_fp32_peak"] = rate["tflops"] / FP32_PEAK_TFLOPS
+        report(rate)
+    if not args.quick:
+        report(benchmark.kernel_rate(65_536, 65_536, dtype="float64", backend="cuda"))
+    steps, every = (4, 2) if args.quick else (30, 10)
+    report(benchmark.simulate_rate(n, steps=steps, snapshot_every=every, dtype="float32",
+                                   backend="cuda"))
+    if args.json_path:
+        with open(args.json_path, "w") as f:
+            json.dump(out, f, indent=2)
+    return 0 if all(r.get("ok", True) for r in out["results"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

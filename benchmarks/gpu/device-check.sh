@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Run ON the device machine, from the repository root, after benchmarks/gpu/wheels.sh here:
+#   device tool: run(command="bash benchmarks/gpu/device-check.sh", carry=[".whl"], timeout_s=480)
+# Installs the carried wheels beside the image's numba/numba-cuda/numpy/xarray, then runs
+# check.py; its JSON and log land in $OUT.
+set -euo pipefail
+out="${OUT:-.}"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl
+export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv || true
+python3 -c "import numba, numba_cuda; print('numba', numba.__version__)" || true
+python3 benchmarks/gpu/check.py --json "$out/gpu-check.json" 2>&1 | tee "$out/gpu-check.log"
