@@ -62,8 +62,9 @@ def kernel_rate(n_targets: int = 4096, n_sources: int = 65536, dtype: str = "flo
 
     ftype = np.dtype(dtype).type
     rng = np.random.default_rng(seed)
-    sources = rng.random((3, n_sources)).astype(ftype)
-    targets = np.ascontiguousarray(sources[:, :n_targets])
+    bodies = rng.random((3, max(n_targets, n_sources))).astype(ftype)
+    sources = np.ascontiguousarray(bodies[:, :n_sources])
+    targets = np.ascontiguousarray(bodies[:, :n_targets])  # the sources overlap the targets
     ms = np.full(n_sources, 1.0 / n_sources, ftype)
     eps2 = ftype(1e-4)
     rates = _call_rates(partial(tile_pair_forces, targets, sources, ms, eps2, False,
@@ -164,21 +165,22 @@ def reference_rate(refbench: Any, n: int, threads: int, kernel: str = "avx512_j"
 def kernel_sweep(sources: tuple[int, ...] = (1024, 4096, 16384, 65536, 131072),
                  n_targets: int = 4096, dtype: str = "float32", reps: int = 5,
                  symmetric: bool = False) -> list[dict[str, Any]]:
-    """One-thread kernel rate against the source tile size (flat is the goal).
+    """One-thread kernel rate against the source tile size (flat is the goal), for a target
+    tile of ``n_targets`` bodies.
 
     ``symmetric`` times :func:`~nbody_dask.kernels.cpu.symmetric_pair_forces` on tiles of
     ``n_targets`` and ``ns`` bodies and counts both directions (``2 nt ns`` interactions),
     which is the effective rate a step gets from it.
     """
     if not symmetric:
-        return [kernel_rate(min(n_targets, ns), ns, dtype=dtype, reps=reps) for ns in sources]
+        return [kernel_rate(n_targets, ns, dtype=dtype, reps=reps) for ns in sources]
     from .kernels.cpu import symmetric_pair_forces
 
     ftype = np.dtype(dtype).type
     rng = np.random.default_rng(0)
     out = []
     for ns in sources:
-        nt = min(n_targets, ns)
+        nt = n_targets
         pt, ps = rng.random((3, nt)).astype(ftype), rng.random((3, ns)).astype(ftype)
         mt, ms = np.full(nt, 1 / ns, ftype), np.full(ns, 1 / ns, ftype)
         rates = _call_rates(partial(symmetric_pair_forces, pt, mt, ps, ms, ftype(1e-4), False),
