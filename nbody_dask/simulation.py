@@ -208,7 +208,7 @@ def simulate(
             if client is None and show_progress:
                 print(f"Dask dashboard: {c.dashboard_link}", file=sys.stderr)
             backend = cluster_backend(c, backend)
-            tile = cfg.tile_size or auto_tile_size(start.n, total_threads(c), backend)
+            tile = _tile_size(cfg, start.n, c, backend)
             if not resume:
                 create_store(path, start.bodies, snapshot_steps=cfg.snapshot_steps(),
                              t0=start.t0, dt=cfg.dt, dtype=resolve_dtype(cfg.dtype),
@@ -510,6 +510,11 @@ def _start_time(bodies: Any) -> float:
     return 0.0
 
 
+def _tile_size(cfg: RunConfig, n: int, client: Client, backend: str) -> int:
+    """The run's tile size: the one asked for, else :func:`auto_tile_size` for this cluster."""
+    return cfg.tile_size or auto_tile_size(n, total_threads(client), backend)
+
+
 def _symmetric(backend: str) -> bool:
     """Whether tile pairs use the symmetric kernel: ``nbody.symmetric`` and the CPU backend."""
     return bool(config.get("symmetric")) and backend == "cpu"
@@ -542,7 +547,7 @@ def _one_shot(bodies, softening, G, dtype, tile_size, backend, client, with_pote
     ds = as_bodies(bodies)
     with client_context(client) as c:
         backend = cluster_backend(c, backend)
-        tile = cfg.tile_size or auto_tile_size(ds.sizes["body"], total_threads(c), backend)
+        tile = _tile_size(cfg, ds.sizes["body"], c, backend)
         plan = StepPlan(_run_token(ds, cfg, tile), 1.0, cfg.softening, cfg.G,
                         cfg.split_every, backend, _symmetric(backend))
         tiles = c.scatter(split_tiles(ds, tile, resolve_dtype(cfg.dtype)), hash=False)
