@@ -281,6 +281,12 @@ def bench(sizes, dtype, steps, reps, kernel_sweep, strong_n, weak_n, workers, re
             return result
 
         if backend == "cuda":
+            from .kernels import cuda
+
+            if not cuda.available():
+                raise click.ClickException(
+                    "--backend cuda needs a CUDA GPU in this process, and numba.cuda finds "
+                    "none here (no device or driver); use --backend cpu or auto")
             for kernel in benchmark.cuda_variants(262_144, dtype=dtype):
                 results.append(kernel)
                 click.echo(_rate_line(f"CUDA kernel, 262144 x 262144, block {kernel['block']}, "

@@ -219,6 +219,17 @@ def test_auto_backend_falls_back_to_cpu(client):
     assert traj.attrs["backend"] == "cpu"
 
 
+def test_cuda_bench_without_gpu_fails_in_one_line():
+    from click.testing import CliRunner
+
+    from nbody_dask.cli import main
+
+    result = CliRunner().invoke(main, ["bench", "--backend", "cuda", "--n", "1000"])
+    assert result.exit_code == 1
+    assert "--backend cuda needs a CUDA GPU" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
 def test_unknown_backend_is_refused():
     with pytest.raises(ValueError, match=r"backend must be one of .*got 'tpu'"):
         nbody_dask.simulate(nbody_dask.uniform_cube(8), steps=1, dt=0.1, backend="tpu")
