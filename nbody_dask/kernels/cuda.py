@@ -41,7 +41,7 @@ BLOCK = 128
 #: Target bodies per thread (default): each source read from shared memory serves this many.
 TARGETS_PER_THREAD = 1
 #: Launch shapes ``nbody-dask bench --backend cuda`` compares: (block, targets per thread).
-VARIANTS = ((128, 1), (256, 1), (128, 2), (256, 2), (128, 4))
+VARIANTS = ((128, 1), (256, 1), (512, 1), (128, 2), (256, 2), (64, 4), (128, 4), (256, 4))
 
 
 def available() -> bool:
