@@ -179,8 +179,8 @@ def kernel_sweep(sources: tuple[int, ...] = (1024, 4096, 16384, 65536, 131072),
     ftype = np.dtype(dtype).type
     rng = np.random.default_rng(0)
     out = []
+    nt = n_targets
     for ns in sources:
-        nt = n_targets
         pt, ps = rng.random((3, nt)).astype(ftype), rng.random((3, ns)).astype(ftype)
         mt, ms = np.full(nt, 1 / ns, ftype), np.full(ns, 1 / ns, ftype)
         rates = _call_rates(partial(symmetric_pair_forces, pt, mt, ps, ms, ftype(1e-4), False),

@@ -118,16 +118,17 @@ def main() -> int:
             "worst": max(r["max_rel_err"] for r in agreement), "ok": not failed,
             "seconds": time.perf_counter() - t0})
     report(_simulate_agreement(args.quick))
-    for rate in benchmark.cuda_variants(n, reps=1 if args.quick else 5):
+    def report_rate(rate: dict) -> None:
         rate["tflops"] = rate["gint_s"]["gflops"] / 1e3
         rate["share_of_fp32_peak"] = rate["tflops"] / FP32_PEAK_TFLOPS
         report(rate)
+
+    for rate in benchmark.cuda_variants(n, reps=1 if args.quick else 5):
+        report_rate(rate)
     # the target tile a simulate() pair task sees (auto_tile_size: >= 65,536 on GPUs); a GPU
     # needs ~2,048 threads per SM to hide latency: 132 SMs x 2,048 = 270k targets at 1/thread
     for nt in (n // 64, n // 16, n // 4):
-        rate = benchmark.kernel_rate(nt, n, reps=1 if args.quick else 5, backend="cuda")
-        rate["tflops"] = rate["gint_s"]["gflops"] / 1e3
-        report(rate)
+        report_rate(benchmark.kernel_rate(nt, n, reps=1 if args.quick else 5, backend="cuda"))
     if not args.quick:
         report(benchmark.kernel_rate(65_536, 65_536, dtype="float64", backend="cuda"))
     steps, every = (4, 2) if args.quick else (30, 10)

@@ -63,7 +63,6 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int):
     potential arithmetic.
     """
     ftype = {"float32": float32, "float64": float64}[dtype_name]
-    potential = bool(with_potential)
 
     @cuda.jit(fastmath=True)
     def tile_pair(pt, ps, ms, eps2, diagonal, out):
@@ -123,7 +122,7 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int):
                     ax[p] += s * dx
                     ay[p] += s * dy
                     az[p] += s * dz
-                    if potential:
+                    if with_potential:
                         phi[p] -= mi
             cuda.syncthreads()
         for p in range(per_thread):
@@ -132,7 +131,7 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int):
                 out[0, i] = ax[p]
                 out[1, i] = ay[p]
                 out[2, i] = az[p]
-                if potential:
+                if with_potential:
                     if diagonal and eps2 > zero:
                         phi[p] += ms[i] / math.sqrt(eps2)  # remove the self term -m_i / eps
                     out[3, i] = phi[p]
