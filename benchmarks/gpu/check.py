@@ -36,33 +36,60 @@ def _kernel_agreement(quick: bool) -> list[dict]:
     from nbody_dask.kernels import cpu, cuda
 
     sizes = ((70, 45),) if quick else ((1, 1), (31, 31), (200, 200), (4097, 70_001))
+    # the simulator runs a Python thread per CUDA thread: --quick checks each shape once
+    dtypes = (np.float64,) if quick else (np.float32, np.float64)
+    potentials = (True,) if quick else (False, True)
     rng = np.random.default_rng(5)
     rows = []
     for block, per_thread in cuda.VARIANTS:
         for nt, ns in sizes:
             pt, ps, ms = rng.random((3, nt)), rng.random((3, ns)), rng.random(ns) / ns
-            for dtype in (np.float32, np.float64):
+            for dtype in dtypes:
                 t, s, m = pt.astype(dtype), ps.astype(dtype), ms.astype(dtype)
-                for potential in (False, True):
+                for potential in potentials:
                     g = cuda.tile_pair_forces(t, s, m, dtype(1e-4), potential, block=block,
                                               per_thread=per_thread)
                     c = cpu.tile_pair_forces(t, s, m, dtype(1e-4), potential)
                     scale = np.abs(c).max(axis=1, keepdims=True) + m.max() / 1e-2
                     err = float((np.abs(g - c) / scale).max())
-                    tol = 2e-6 if dtype == np.float32 else 1e-13
-                    rows.append({"check": "cuda-vs-cpu", "block": block,
-                                 "per_thread": per_thread, "nt": nt, "ns": ns,
-                                 "dtype": np.dtype(dtype).name, "potential": potential,
-                                 "max_rel_err": err, "tol": tol, "ok": err <= tol})
+                    row = {"check": "cuda-vs-cpu", "block": block, "per_thread": per_thread,
+                           "nt": nt, "ns": ns, "dtype": np.dtype(dtype).name,
+                           "potential": potential, "max_rel_err": err}
+                    if dtype == np.float64:
+                        row.update(tol=1e-13, ok=err <= 1e-13)
+                    else:
+                        # float32 sums in another order differ by round-off growing with the
+                        # source count: both kernels are held against the float64 sum of the
+                        # same (float32) inputs, and the GPU may be at most twice as far off
+                        # as the CPU kernel (floor 2e-6).
+                        exact = cpu.tile_pair_forces(t.astype(np.float64), s.astype(np.float64),
+                                                     m.astype(np.float64), 1e-4, potential)
+                        gpu = float((np.abs(g - exact) / scale).max())
+                        host = float((np.abs(c - exact) / scale).max())
+                        tol = max(2 * host, 2e-6)
+                        row.update(gpu_vs_float64=gpu, cpu_vs_float64=host, tol=tol,
+                                   ok=gpu <= tol)
+                    rows.append(row)
+    # the CPU kernel's own tolerances (tests/test_kernels.py): per-body relative error against
+    # the float64 sum of the same float32-rounded inputs, max <= 1e-4 and median <= 1e-6
     n = 128 if quick else 4096
-    pos, mass = rng.standard_normal((n, 3)), np.full(n, 1.0 / n)
-    ref, _ = cpu.direct_sum_reference(pos, mass, softening=0.01)
-    p32 = np.ascontiguousarray(pos.T, dtype=np.float32)
-    g = cuda.tile_pair_forces(p32, p32, mass.astype(np.float32), np.float32(1e-4), False,
-                              diagonal=True).T
-    err = float(np.abs(g - ref).max() / np.abs(ref).max())
-    rows.append({"check": "cuda-float32-vs-float64-reference", "n": n, "max_rel_err": err,
-                 "tol": 1e-5, "ok": err <= 1e-5})
+    pos = rng.standard_normal((n, 3)).astype(np.float32)
+    mass = np.full(n, 1.0 / n, dtype=np.float32)
+    eps2 = np.float32(1e-4)
+    ref, _ = cpu.direct_sum_reference(pos.astype(np.float64), mass.astype(np.float64),
+                                      softening=float(np.sqrt(eps2)))
+    p32 = np.ascontiguousarray(pos.T)
+    results = {"gpu": cuda.tile_pair_forces(p32, p32, mass, eps2, False, diagonal=True).T,
+               "cpu": cpu.tile_pair_forces(p32, p32, mass, eps2, False, diagonal=True).T}
+    row = {"check": "cuda-float32-vs-float64-reference", "n": n, "tol_max": 1e-4,
+           "tol_median": 1e-6}
+    for name, acc in results.items():
+        err = np.linalg.norm(acc - ref, axis=1) / np.linalg.norm(ref, axis=1)
+        row[f"{name}_max_rel_err"] = float(err.max())
+        row[f"{name}_median_rel_err"] = float(np.median(err))
+    row["max_rel_err"] = row["gpu_max_rel_err"]
+    row["ok"] = row["gpu_max_rel_err"] <= 1e-4 and row["gpu_median_rel_err"] <= 1e-6
+    rows.append(row)
     return rows
 
 
