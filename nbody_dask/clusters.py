@@ -26,12 +26,20 @@ def local(
     threads_per_worker: int | None = None,
     **kwargs: Any,
 ) -> LocalCluster:
-    """A :class:`distributed.LocalCluster` bound to loopback.
+    """A :class:`distributed.LocalCluster`: in this process by default, else bound to loopback.
+
+    By default (``nbody.local-cluster.processes: false``) the scheduler and the workers are
+    threads of the calling process, talking in-process: nothing is spawned, so a script
+    without an ``if __name__ == "__main__":`` guard, ``python -c``, a script read from stdin,
+    a notebook and the REPL all work, and the user's code runs once. The kernels release the
+    GIL, so the worker threads share the cores. ``processes=True`` starts worker processes
+    (spawned: the calling script then needs the guard) with the scheduler on
+    ``nbody.local-cluster.host``.
 
     Parameters
     ----------
     n_workers : int, optional
-        Worker processes; ``nbody.local-cluster.n-workers`` (1) by default.
+        Workers; ``nbody.local-cluster.n-workers`` (1) by default.
     threads_per_worker : int, optional
         Threads per worker; every core by default. The kernels release the GIL, so threads
         in one process share the work without copying tiles between processes.
@@ -43,10 +51,13 @@ def local(
     if threads_per_worker is None:
         threads_per_worker = defaults.get("threads-per-worker") or max(
             1, (os.cpu_count() or 1) // n_workers)
-    kwargs.setdefault("host", defaults["host"])
+    processes = bool(kwargs.pop("processes", defaults.get("processes", False)))
+    if processes:
+        kwargs.setdefault("host", defaults["host"])
     kwargs.setdefault("dashboard_address", defaults["dashboard-address"])
     kwargs.setdefault("silence_logs", logging.WARNING)
-    return LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, **kwargs)
+    return LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
+                        processes=processes, **kwargs)
 
 
 def _optional(module: str, extra: str, what: str):
@@ -182,6 +193,22 @@ def client_context(client: Client | None) -> Iterator[Client]:
         return
     with local() as cluster, Client(cluster) as new_client:
         yield new_client
+
+
+def dashboard_link(client: Client) -> str:
+    """The dashboard's URL, with the address it is really bound to.
+
+    For an in-process cluster Dask builds the link from the machine's address although the
+    dashboard listens on ``nbody.local-cluster.dashboard-address`` (127.0.0.1): a link that
+    would not open.
+    """
+    from distributed.utils import format_dashboard_link
+
+    scheduler = getattr(getattr(client, "cluster", None), "scheduler", None)
+    server = getattr(scheduler, "http_server", None)
+    if getattr(server, "port", None):
+        return format_dashboard_link(server.address or "127.0.0.1", server.port)
+    return client.dashboard_link
 
 
 def total_threads(client: Client) -> int:

@@ -38,7 +38,7 @@ from . import __version__, config
 from ._validate import check_int, check_real
 from .backends import check_backend, cluster_backend
 from .bodies import as_bodies, auto_tile_size, resolve_dtype, split_tiles
-from .clusters import client_context, total_threads
+from .clusters import client_context, dashboard_link, total_threads
 from .diagnostics import as_record
 from .graph import StepPlan, fused_steps, initial_graph, lazy, snapshot_graph, step_graph
 from .integrators import INTEGRATOR
@@ -206,7 +206,7 @@ def simulate(
             return open_trajectory(path)  # nothing left to do
         with client_context(client) as c:
             if client is None and show_progress:
-                print(f"Dask dashboard: {c.dashboard_link}", file=sys.stderr)
+                print(f"Dask dashboard: {dashboard_link(c)}", file=sys.stderr)
             backend = cluster_backend(c, backend)
             tile = _tile_size(cfg, start.n, c, backend)
             if not resume:

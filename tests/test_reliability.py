@@ -166,11 +166,16 @@ def test_resume_checks_the_configuration(client, tmp_path):
     xr.testing.assert_identical(before, again.load())
 
 
-def test_local_cluster_binds_loopback_only():
-    with nbody_dask.clusters.local(n_workers=1, threads_per_worker=1) as cluster:
-        assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
-        assert all(w.address.startswith("tcp://127.0.0.1:") for w in cluster.workers.values())
-        assert cluster.dashboard_link.startswith("http://127.0.0.1:")
+@pytest.mark.parametrize("processes", [False, True])
+def test_local_cluster_binds_loopback_only(processes):
+    """In-process (the default): no socket but the dashboard's; with processes, loopback."""
+    scheme = "tcp://127.0.0.1:" if processes else "inproc://"
+    with nbody_dask.clusters.local(n_workers=1, threads_per_worker=1,
+                                   processes=processes) as cluster:
+        assert cluster.scheduler_address.startswith(scheme)
+        assert all(w.address.startswith(scheme) for w in cluster.workers.values())
+        with Client(cluster) as client:
+            assert nbody_dask.clusters.dashboard_link(client).startswith("http://127.0.0.1:")
         server = cluster.scheduler.http_server
         hosts = {sock.getsockname()[0] for sock in server._sockets.values()}
         assert hosts == {"127.0.0.1"}
