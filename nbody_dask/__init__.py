@@ -25,6 +25,7 @@ from .initial_conditions import (  # noqa: E402
     plummer,
     uniform_cube,
 )
+from .integrators import NonFiniteStateError  # noqa: E402
 from .simulation import (  # noqa: E402
     SimulationInterrupted,
     accelerations,
@@ -37,6 +38,7 @@ __all__ = [
     "__version__",
     "simulate",
     "SimulationInterrupted",
+    "NonFiniteStateError",
     "accelerations",
     "potential_energy",
     "open_trajectory",

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-__all__ = ["make_bodies", "as_bodies", "Tile", "tile_bounds", "split_tiles", "resolve_dtype"]
+__all__ = ["make_bodies", "as_bodies", "Tile", "tile_bounds", "split_tiles", "resolve_dtype",
+           "check_fits_dtype"]
 
 AXES = ("x", "y", "z")
 _DTYPES = {"float32": np.float32, "float64": np.float64}
@@ -177,6 +178,37 @@ def _check_shapes(pos: np.ndarray, vel: np.ndarray, m: np.ndarray) -> None:
         raise ValueError(f"velocity has shape {vel.shape} but position has shape {pos.shape}")
     if m.shape != (n,):
         raise ValueError(f"mass must have shape ({n},) to match position, got {m.shape}")
+
+
+def check_fits_dtype(ds: xr.Dataset, dtype: Any, **scalars: float) -> None:
+    """Refuse bodies and parameters that the run's dtype cannot hold, before any work starts.
+
+    Positions must stay below ``sqrt(max) / 4`` of the dtype, so that squared separations
+    cannot overflow; velocities and masses, and each named scalar (``dt=...``), must be
+    finite and nonzero where they were nonzero once cast.
+
+    Raises
+    ------
+    ValueError
+        Naming the quantity, its value and the dtype.
+    """
+    ftype = resolve_dtype(dtype)
+    info = np.finfo(ftype)
+    name = np.dtype(ftype).name
+    reach = float(np.sqrt(info.max)) / 4
+    for var, limit in (("position", reach), ("velocity", float(info.max)),
+                       ("mass", float(info.max))):
+        values = np.abs(ds[var].values)
+        if values.size and float(values.max()) > limit:
+            raise ValueError(f"{var} reaches {float(values.max())!r}, beyond what {name} "
+                             f"holds (|{var}| <= {limit:.3g}); use dtype='float64' or "
+                             f"rescale the units")
+    for key, value in scalars.items():
+        with np.errstate(over="ignore", under="ignore"):
+            cast = ftype(value)
+        if not np.isfinite(cast) or (value != 0 and cast == 0):
+            raise ValueError(f"{key}={value!r} is not representable in {name} "
+                             f"(it becomes {float(cast)!r})")
 
 
 def _check_values(pos: np.ndarray, vel: np.ndarray, m: np.ndarray) -> None:

@@ -27,7 +27,7 @@ from dask.delayed import Delayed
 from .backends import tile_kernels
 from .bodies import Tile
 from .diagnostics import tile_diagnostics
-from .integrators import close_step, open_step
+from .integrators import check_finite, close_step, open_step
 from .storage import write_tile
 
 __all__ = ["StepPlan", "lazy", "eager", "pair_forces", "symmetric_pair_forces", "self_forces",
@@ -179,8 +179,8 @@ def force_graph(tiles: Sequence, plan: StepPlan, step: int, with_potential: bool
     return [_tree(row, plan, call, "combine", step, i) for i, row in enumerate(rows)]
 
 
-def _close(tile: Tile, G: float, dt: float | None, sides: tuple, *parts) -> Tile:
-    return close_step(tile, sum_sides(sides, *parts), G, dt)
+def _close(step: int, tile: Tile, G: float, dt: float | None, sides: tuple, *parts) -> Tile:
+    return check_finite(close_step(tile, sum_sides(sides, *parts), G, dt), step)
 
 
 def initial_graph(tiles: Sequence, plan: StepPlan, with_potential: bool = True,
@@ -188,7 +188,7 @@ def initial_graph(tiles: Sequence, plan: StepPlan, with_potential: bool = True,
     """Attach accelerations (and potentials) to the initial tiles: step 0, no kick."""
     partials = force_graph(tiles, plan, 0, with_potential, call)
     return [
-        _sum(parts, call, plan.key("forces", 0, i), _close, tile, plan.G, None)
+        _sum(parts, call, plan.key("forces", 0, i), _close, 0, tile, plan.G, None)
         for i, (tile, parts) in enumerate(zip(tiles, partials, strict=True))
     ]
 
@@ -215,7 +215,7 @@ def step_graph(tiles: Sequence, plan: StepPlan, step: int, with_potential: bool,
     ]
     partials = force_graph(drifted, plan, step, with_potential, call)
     return [
-        _sum(parts, call, plan.key("kick", step, i), _close, tile, plan.G, plan.dt)
+        _sum(parts, call, plan.key("kick", step, i), _close, step, tile, plan.G, plan.dt)
         for i, (tile, parts) in enumerate(zip(drifted, partials, strict=True))
     ]
 

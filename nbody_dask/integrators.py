@@ -19,7 +19,7 @@ import numpy as np
 
 from .bodies import Tile
 
-__all__ = ["open_step", "close_step", "INTEGRATOR"]
+__all__ = ["open_step", "close_step", "check_finite", "NonFiniteStateError", "INTEGRATOR"]
 
 INTEGRATOR = "leapfrog-kdk"
 
@@ -27,8 +27,9 @@ INTEGRATOR = "leapfrog-kdk"
 def open_step(tile: Tile, dt: float) -> Tile:
     """Opening half-kick and drift: returns positions at the new time, half-step velocities."""
     ftype = tile.position.dtype.type
-    v_half = tile.velocity + tile.acceleration * ftype(0.5 * dt)
-    x_new = tile.position + v_half * ftype(dt)
+    with np.errstate(over="ignore", invalid="ignore"):  # check_finite reports it, by step
+        v_half = tile.velocity + tile.acceleration * ftype(0.5 * dt)
+        x_new = tile.position + v_half * ftype(dt)
     return tile.evolve(position=x_new, velocity=v_half, acceleration=None, potential=None)
 
 
@@ -48,7 +49,35 @@ def close_step(tile: Tile, forces: np.ndarray, G: float, dt: float | None) -> Ti
     """
     ftype = tile.position.dtype.type
     g = ftype(G)
-    acc = forces[:3] * g
-    potential = forces[3] * g if forces.shape[0] == 4 else None
-    velocity = tile.velocity if dt is None else tile.velocity + acc * ftype(0.5 * dt)
+    with np.errstate(over="ignore", invalid="ignore"):  # check_finite reports it, by step
+        acc = forces[:3] * g
+        potential = forces[3] * g if forces.shape[0] == 4 else None
+        velocity = tile.velocity if dt is None else tile.velocity + acc * ftype(0.5 * dt)
     return tile.evolve(velocity=velocity, acceleration=acc, potential=potential)
+
+
+class NonFiniteStateError(FloatingPointError):
+    """The state became NaN or infinite: the run stops (snapshots committed before stay)."""
+
+
+def check_finite(tile: Tile, step: int) -> Tile:
+    """Return ``tile`` if its positions, velocities and accelerations are finite, else raise.
+
+    Runs on the workers after every closing kick: O(n) against the step's O(n^2) forces.
+
+    Raises
+    ------
+    NonFiniteStateError
+        Naming the step and the first body (by index) that is not finite.
+    """
+    for name in ("position", "velocity", "acceleration"):
+        values = getattr(tile, name)
+        finite = np.isfinite(values).all(axis=0)
+        if not finite.all():
+            body = tile.start + int(np.argmin(finite))
+            raise NonFiniteStateError(
+                f"the state is not finite after step {step}: {name} of body {body} is "
+                f"{values[:, body - tile.start].tolist()} (dt too large, bodies too close with "
+                f"too little softening, or values beyond {tile.position.dtype}'s range); the "
+                f"run stopped, snapshots committed before this step are intact")
+    return tile

@@ -37,7 +37,7 @@ from distributed.scheduler import KilledWorker
 from . import __version__, config
 from ._validate import check_int, check_real
 from .backends import check_backend, cluster_backend
-from .bodies import as_bodies, auto_tile_size, resolve_dtype, split_tiles
+from .bodies import as_bodies, auto_tile_size, check_fits_dtype, resolve_dtype, split_tiles
 from .clusters import client_context, dashboard_link, total_threads
 from .diagnostics import as_record
 from .graph import StepPlan, fused_steps, initial_graph, lazy, snapshot_graph, step_graph
@@ -268,6 +268,8 @@ def _fresh_start(bodies, store, overwrite, given) -> _Start:
              "G": 1.0 if given["G"] is None else given["G"]}
     cfg = _run_config(**given)
     ds = as_bodies(bodies)
+    check_fits_dtype(ds, cfg.dtype, dt=cfg.dt, softening=cfg.softening, G=cfg.G,
+                     dt_half=0.5 * cfg.dt, softening_squared=cfg.softening * cfg.softening)
     path = None if store is None else check_store_path(store, overwrite)
     return _Start(cfg, path, 0, ds, _start_time(bodies))
 
@@ -545,6 +547,8 @@ def _one_shot(bodies, softening, G, dtype, tile_size, backend, client, with_pote
     cfg = _run_config(0, 1.0, softening, G, None, dtype, tile_size, None)
     backend = check_backend(config.get("backend", backend))
     ds = as_bodies(bodies)
+    check_fits_dtype(ds, cfg.dtype, softening=cfg.softening, G=cfg.G,
+                     softening_squared=cfg.softening * cfg.softening)
     with client_context(client) as c:
         backend = cluster_backend(c, backend)
         tile = _tile_size(cfg, ds.sizes["body"], c, backend)

@@ -19,3 +19,13 @@ def client():
 def store(tmp_path):
     """Path of a trajectory store that does not exist yet."""
     return tmp_path / "run.zarr"
+
+
+@pytest.fixture
+def no_cluster(monkeypatch):
+    """Fail loudly if simulate() gets as far as starting a cluster."""
+    from nbody_dask import clusters
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a cluster was started before the input was validated")
+    monkeypatch.setattr(clusters, "local", refuse)

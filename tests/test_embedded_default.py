@@ -1,4 +1,4 @@
-"""simulate() with no client, as newcomers call it: no ``__main__`` guard, stdin, ``-c``, a notebook.
+"""simulate() with no client as newcomers call it: no ``__main__`` guard, stdin, ``-c``, notebook.
 
 The default cluster used to spawn worker processes, which re-import an unguarded script:
 220 lines of tracebacks ending in ``Nanny failed to start`` and the user's code run twice.

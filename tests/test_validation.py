@@ -6,15 +6,6 @@ import numpy as np
 import pytest
 
 import nbody_dask
-from nbody_dask import clusters
-
-
-@pytest.fixture
-def no_cluster(monkeypatch):
-    """Fail loudly if simulate() gets as far as starting a cluster."""
-    def refuse(*args, **kwargs):
-        raise AssertionError("a cluster was started before the input was validated")
-    monkeypatch.setattr(clusters, "local", refuse)
 
 
 def _good():
