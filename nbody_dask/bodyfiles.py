@@ -21,8 +21,9 @@ import numpy as np
 import xarray as xr
 import zarr
 
+from . import __version__
 from .bodies import as_bodies, make_bodies
-from .storage import _MARKER_GROUP, check_store_path, consolidate_metadata, open_trajectory
+from .storage import check_store_path, consolidate_metadata, is_trajectory_store, open_trajectory
 
 __all__ = ["load_bodies", "save_bodies"]
 
@@ -76,7 +77,7 @@ def load_bodies(path: str | os.PathLike, *, snapshot: int = -1) -> xr.Dataset:
                                  f"{sorted(data.files)}")
             arrays = {k: data[k] for k in ("position", "velocity", "mass") if k in data}
         return make_bodies(**arrays)
-    if kind == "zarr" and (path / _MARKER_GROUP).is_dir():
+    if kind == "zarr" and is_trajectory_store(path):
         ds = open_trajectory(path)
     elif kind == "zarr":
         consolidated = zarr.open_group(path, mode="r").metadata.consolidated_metadata
@@ -114,6 +115,7 @@ def save_bodies(bodies: xr.Dataset, path: str | os.PathLike, *, overwrite: bool 
         check_store_path(path, overwrite)  # refuses to replace anything that is not Zarr
         # object strings: Zarr v3's specified variable-length string type
         ds = ds.assign_coords(axis=np.array(ds.axis.values, dtype=object))
+        ds.attrs["nbody_dask_version"] = __version__  # what overwrite=True may replace
         ds.to_zarr(path, mode="w", zarr_format=3, consolidated=False)
         consolidate_metadata(path)
         return path

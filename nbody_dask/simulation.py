@@ -43,7 +43,7 @@ from .diagnostics import as_record
 from .graph import StepPlan, fused_steps, initial_graph, lazy, snapshot_graph, step_graph
 from .integrators import INTEGRATOR
 from .storage import (SnapshotCommitter, check_store_path, committed_snapshots, create_store,
-                      open_trajectory)
+                      open_trajectory, store_path)
 
 __all__ = ["simulate", "accelerations", "potential_energy", "RunConfig", "SimulationInterrupted",
            "load_snapshot"]
@@ -281,7 +281,7 @@ def _resume_point(bodies, store, overwrite, given) -> _Start:
         raise ValueError("resume=True continues from the store; do not pass bodies")
     if overwrite:
         raise ValueError("resume=True and overwrite=True conflict: choose one")
-    path = Path(store)
+    path = store_path(store)
     if not path.exists():
         raise FileNotFoundError(f"no trajectory store at {str(path)!r} to resume")
     ds = open_trajectory(path)  # validates the store

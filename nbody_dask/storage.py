@@ -24,9 +24,12 @@ attributes.
 from __future__ import annotations
 
 import functools
+import json
 import os
-import time
+import re
 import shutil
+import time
+import urllib.parse
 import warnings
 from pathlib import Path
 from typing import Any
@@ -38,8 +41,8 @@ import zarr
 
 from .bodies import AXES, Tile
 
-__all__ = ["check_store_path", "create_store", "write_tile", "SnapshotCommitter",
-           "committed_snapshots", "open_trajectory"]
+__all__ = ["store_path", "check_store_path", "is_trajectory_store", "create_store", "write_tile",
+           "SnapshotCommitter", "committed_snapshots", "open_trajectory"]
 
 _MARKER_GROUP = "nbody"
 _VECTORS = ("momentum", "angular_momentum")
@@ -47,8 +50,88 @@ _SCALARS = ("kinetic_energy", "potential_energy", "total_energy")
 TIME_UNITS = "N-body time units (G = 1 unless the G attribute says otherwise)"
 
 
+_URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+#: Top-level entries of a store that nbody_dask itself may have written besides its arrays.
+_OWN_ENTRIES = frozenset({"zarr.json"})
+
+
+def store_path(store: Any) -> Path:
+    """The local path a ``store`` argument names: ``~`` expanded, ``file://`` URLs accepted.
+
+    Raises
+    ------
+    TypeError
+        If ``store`` is not a str or path.
+    ValueError
+        If ``store`` is empty, or a URL of another scheme (``s3://``, ``memory://``, ...):
+        object storage is not supported yet, and such a string must never become a local
+        folder named like a URL.
+    """
+    if not isinstance(store, (str, os.PathLike)):
+        raise TypeError(f"store must be a path (str or os.PathLike), got {type(store).__name__}")
+    text = os.fspath(store)
+    if not isinstance(text, str):
+        raise TypeError(f"store must be a text path, got {type(text).__name__}")
+    if not text.strip():
+        raise ValueError(f"store must name a directory, got {text!r}")
+    scheme = _URL_SCHEME.match(text)
+    if scheme and scheme.group(1).lower() == "file":
+        parsed = urllib.parse.urlparse(text)
+        if parsed.netloc not in ("", "localhost"):
+            raise ValueError(f"store={text!r}: a file:// URL must name a local path")
+        text = urllib.parse.unquote(parsed.path)
+    elif scheme:
+        raise ValueError(f"store={text!r} is a {scheme.group(1)}:// URL; object storage is not "
+                         "supported yet: give a path on a local or shared file system")
+    return Path(text).expanduser()
+
+
+def _protected(path: Path) -> str | None:
+    """Why ``path`` must never be deleted (a root, home, the working directory or above)."""
+    resolved = path.resolve()
+    cwd = Path.cwd().resolve()
+    if resolved == Path(resolved.anchor):
+        return "a file system root"
+    if resolved == Path.home().resolve():
+        return "the home directory"
+    if resolved == cwd:
+        return "the current working directory"
+    if resolved in cwd.parents:
+        return "a parent of the current working directory"
+    return None
+
+
+def _check_replaceable(path: Path) -> None:
+    """Raise unless ``path`` is a store nbody_dask wrote, holding nothing else."""
+    def refuse(why: str) -> ValueError:
+        return ValueError(f"store {str(path)!r} {why}; refusing to delete it even with "
+                          "overwrite=True")
+
+    if (why := _protected(path)) is not None:
+        raise refuse(f"is {why}")
+    if not path.is_dir() or path.is_symlink():
+        raise refuse("is not a directory")
+    try:
+        meta = json.loads((path / "zarr.json").read_text())
+    except (OSError, ValueError):
+        raise refuse("is not a Zarr store") from None
+    if "nbody_dask_version" not in (meta.get("attributes") or {}):
+        raise refuse("is a Zarr store that nbody_dask did not write (it has no "
+                     "'nbody_dask_version' attribute)")
+    members = ((meta.get("consolidated_metadata") or {}).get("metadata") or {})
+    known = {name.split("/")[0] for name in members} | _OWN_ENTRIES
+    foreign = sorted(set(os.listdir(path)) - known)
+    if foreign:
+        raise refuse(f"holds entries nbody_dask did not write: {', '.join(foreign[:5])}"
+                     f"{', ...' if len(foreign) > 5 else ''}")
+
+
 def check_store_path(store: Any, overwrite: bool) -> Path:
-    """Validate an output location before any work starts.
+    """Validate an output location before any work starts; return it as a local path.
+
+    With ``overwrite``, an existing store is replaced only if nbody_dask wrote it (its
+    ``nbody_dask_version`` attribute) and it holds nothing else; never a file system root,
+    the home directory, the working directory or one of its parents.
 
     Raises
     ------
@@ -57,22 +140,17 @@ def check_store_path(store: Any, overwrite: bool) -> Path:
     FileExistsError
         If something exists at ``store`` and ``overwrite`` is False.
     ValueError
-        If ``overwrite`` is True but ``store`` is not a Zarr store (refuse to delete it).
+        If ``store`` is empty or a URL (see :func:`store_path`), or ``overwrite`` is True but
+        what is there is not a store nbody_dask may delete.
     """
-    if not isinstance(store, (str, os.PathLike)):
-        raise TypeError(f"store must be a path (str or os.PathLike), got {type(store).__name__}")
-    path = Path(store)
-    if path.exists():
+    path = store_path(store)
+    if path.exists() or path.is_symlink():
         if not overwrite:
             raise FileExistsError(
                 f"store {str(path)!r} already exists; pass overwrite=True (on the command "
                 "line: --overwrite) to replace it; its contents will be lost"
             )
-        if not (path / "zarr.json").exists():
-            raise ValueError(
-                f"store {str(path)!r} exists and is not a Zarr store; refusing to delete it "
-                "even with overwrite=True"
-            )
+        _check_replaceable(path)
     parent = next((p for p in path.absolute().parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
         raise ValueError(f"store {str(path)!r} cannot be created: {str(parent)!r} is a file")
@@ -80,6 +158,11 @@ def check_store_path(store: Any, overwrite: bool) -> Path:
         raise PermissionError(f"store {str(path)!r} cannot be created: {str(parent)!r} is "
                               "not writable")
     return path
+
+
+def is_trajectory_store(path: str | os.PathLike) -> bool:
+    """True if ``path`` looks like a trajectory store :func:`~nbody_dask.simulate` wrote."""
+    return (Path(path) / _MARKER_GROUP / "zarr.json").is_file()
 
 
 def create_store(
@@ -281,7 +364,8 @@ def open_trajectory(path: str | os.PathLike) -> xr.Dataset:
     ValueError
         If ``path`` is not an nbody_dask store, or it is damaged.
     """
-    if not Path(path).exists():
+    path = store_path(path)
+    if not path.exists():
         raise FileNotFoundError(f"no trajectory store at {str(path)!r}")
     root = _open_root(path)
     committed = _committed(root, path)
