@@ -57,6 +57,9 @@ class StepPlan:
     symmetric : bool
         One task per unordered tile pair with the symmetric CPU kernel (Newton's third law);
         only with ``backend == "cpu"``.
+    writer : str
+        The run's writer lease id (:mod:`nbody_dask.lease`), checked before snapshot writes;
+        empty for runs without a lease.
     """
 
     token: str
@@ -66,6 +69,7 @@ class StepPlan:
     split_every: int = 8
     backend: str = "cpu"
     symmetric: bool = False
+    writer: str = ""
 
     def key(self, stage: str, step: int, *index: int) -> str:
         return "-".join(["nbody", stage, self.token, str(step), *map(str, index)])
@@ -243,7 +247,7 @@ def snapshot_graph(tiles: Sequence, plan: StepPlan, step: int, path: str | None,
     order. The result is ready only once every region is on disk.
     """
     parts = [
-        lazy(_write_and_measure, path, index, tile, plan.G, plan.token,
+        lazy(_write_and_measure, path, index, tile, plan.G, plan.token, plan.writer,
              key=plan.key("snapshot", step, i))
         for i, tile in enumerate(tiles)
     ]
@@ -252,7 +256,7 @@ def snapshot_graph(tiles: Sequence, plan: StepPlan, step: int, path: str | None,
 
 
 def _write_and_measure(path: str | None, index: int, tile: Tile, G: float,
-                       run: str) -> np.ndarray:
+                       run: str, writer: str) -> np.ndarray:
     if path is not None:
-        write_tile(path, index, tile, run)
+        write_tile(path, index, tile, run, writer)
     return tile_diagnostics(tile, G)

@@ -42,6 +42,7 @@ from .clusters import client_context, dashboard_link, total_threads
 from .diagnostics import as_record
 from .graph import StepPlan, fused_steps, initial_graph, lazy, snapshot_graph, step_graph
 from .integrators import INTEGRATOR
+from .lease import StoreInUseError, WriterLease, refuse_if_in_use
 from .storage import (SnapshotCommitter, check_store_path, committed_snapshots, create_store,
                       open_trajectory, store_path)
 
@@ -201,7 +202,8 @@ def simulate(
     else:
         start = _fresh_start(bodies, store, overwrite, given)
     cfg = start.cfg
-    with _output_path(start.path) as (path, temporary):
+    with _output_path(start.path) as (path, temporary), \
+            _writer_lease(None if temporary else path) as lease:
         if start.index == len(cfg.snapshot_steps()) - 1 and resume:
             return open_trajectory(path)  # nothing left to do
         with client_context(client) as c:
@@ -220,7 +222,7 @@ def simulate(
                     if callback is not None:
                         callback(step, record)
 
-                _run_with_restarts(c, start, tile, backend, path, on_complete, stop)
+                _run_with_restarts(c, start, tile, backend, path, on_complete, stop, lease)
         traj = open_trajectory(path)
         return traj.load(scheduler="synchronous") if temporary else traj
 
@@ -284,6 +286,7 @@ def _resume_point(bodies, store, overwrite, given) -> _Start:
     path = store_path(store)
     if not path.exists():
         raise FileNotFoundError(f"no trajectory store at {str(path)!r} to resume")
+    refuse_if_in_use(path)
     ds = open_trajectory(path)  # validates the store
     committed = ds.sizes["time"]
     stored = json.loads(ds.attrs["config"])
@@ -314,13 +317,14 @@ _RECOVERABLE = (FutureCancelledError, KilledWorker, CommClosedError, CancelledEr
 
 
 def _run_with_restarts(c: Client, start: _Start, tile: int, backend: str, path: Path,
-                       on_complete, stop: threading.Event) -> None:
+                       on_complete, stop: threading.Event,
+                       lease: WriterLease | None) -> None:
     """Run to the end; after a lost worker, restart from the last committed snapshot."""
     max_restarts = int(config.get("max-restarts"))
     restarts = 0
     while True:
         try:
-            _run(c, start, tile, backend, path, on_complete, stop)
+            _run(c, start, tile, backend, path, on_complete, stop, lease)
             return
         except _RECOVERABLE as exc:
             restarts += 1
@@ -339,7 +343,7 @@ def _run_with_restarts(c: Client, start: _Start, tile: int, backend: str, path: 
 
 
 def _run(c: Client, start: _Start, tile: int, backend: str, path: Path, on_complete,
-         stop: threading.Event) -> None:
+         stop: threading.Event, lease: WriterLease | None) -> None:
     """The step loop from snapshot ``start.index``: submit graphs ahead, commit in order."""
     cfg = start.cfg
     snapshot_steps = cfg.snapshot_steps()
@@ -354,9 +358,10 @@ def _run(c: Client, start: _Start, tile: int, backend: str, path: Path, on_compl
         max_steps = max(1, config.get("tasks-per-submit") // (n_tiles**2 + 3 * n_tiles))
     lookahead = max(1, int(config.get("lookahead")))
     pending: deque[tuple[int, int | None, Any]] = deque()
-    committer = SnapshotCommitter(path)
+    committer = SnapshotCommitter(path, guard=None if lease is None else lease.check)
     plan = StepPlan(_run_token(start.bodies, cfg, tile, str(path.resolve()), start.index),
-                    cfg.dt, cfg.softening, cfg.G, cfg.split_every, backend, _symmetric(backend))
+                    cfg.dt, cfg.softening, cfg.G, cfg.split_every, backend, _symmetric(backend),
+                    writer="" if lease is None else lease.run_id)
 
     def submit_snapshot(state: list[Future], step: int) -> None:
         index = snapshot_index[step]
@@ -489,6 +494,36 @@ def _output_path(path: Path | None):
         yield tmp / "trajectory.zarr", True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def _writer_lease(path: Path | None) -> Iterator[WriterLease | None]:
+    """Hold the store's writer lease for the block (None: a private temporary store).
+
+    A new store's directory is created here, exclusively: of two runs starting into one new
+    store, one gets it. If the run ends before laying the store out, the directory goes too.
+    """
+    if path is None:
+        yield None
+        return
+    created = False
+    if not path.exists():
+        try:
+            path.mkdir(parents=True)
+        except FileExistsError:
+            raise StoreInUseError(f"store {str(path)!r} appeared while this run was starting: "
+                                  "another run is writing it") from None
+        created = True
+    lease = WriterLease(path)
+    try:
+        lease.acquire()
+        try:
+            yield lease
+        finally:
+            lease.release()
+    finally:
+        if created and not (path / "zarr.json").exists():
+            shutil.rmtree(path, ignore_errors=True)  # nothing but our lease was ever in it
 
 
 def _run_token(*inputs: Any) -> str:

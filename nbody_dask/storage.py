@@ -31,6 +31,7 @@ import shutil
 import time
 import urllib.parse
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ import xarray as xr
 import zarr
 
 from .bodies import AXES, Tile
+from .lease import LeaseLostError, holds, is_lease_file, refuse_if_in_use
 
 __all__ = ["store_path", "check_store_path", "is_trajectory_store", "create_store", "write_tile",
            "SnapshotCommitter", "committed_snapshots", "open_trajectory"]
@@ -120,7 +122,7 @@ def _check_replaceable(path: Path) -> None:
                      "'nbody_dask_version' attribute)")
     members = ((meta.get("consolidated_metadata") or {}).get("metadata") or {})
     known = {name.split("/")[0] for name in members} | _OWN_ENTRIES
-    foreign = sorted(set(os.listdir(path)) - known)
+    foreign = sorted(n for n in set(os.listdir(path)) - known if not is_lease_file(n))
     if foreign:
         raise refuse(f"holds entries nbody_dask did not write: {', '.join(foreign[:5])}"
                      f"{', ...' if len(foreign) > 5 else ''}")
@@ -145,6 +147,8 @@ def check_store_path(store: Any, overwrite: bool) -> Path:
     """
     path = store_path(store)
     if path.exists() or path.is_symlink():
+        if path.is_dir():
+            refuse_if_in_use(path)
         if not overwrite:
             raise FileExistsError(
                 f"store {str(path)!r} already exists; pass overwrite=True (on the command "
@@ -178,10 +182,17 @@ def create_store(
 ) -> None:
     """Lay out an empty trajectory store for ``len(snapshot_steps)`` snapshots.
 
-    Replaces whatever is at ``path`` (callers check with :func:`check_store_path` first).
+    Replaces whatever is at ``path`` (callers check with :func:`check_store_path` first)
+    except the writer lease (:mod:`nbody_dask.lease`) of the run that calls it.
     """
     if path.exists():
-        shutil.rmtree(path)
+        for entry in path.iterdir():
+            if is_lease_file(entry.name):
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
     n = bodies.sizes["body"]
     n_snap = len(snapshot_steps)
     steps = np.asarray(snapshot_steps, dtype=np.int64)
@@ -215,11 +226,15 @@ def create_store(
     encoding = {name: {"chunks": state_chunks} for name in ("position", "velocity")}
     encoding.update({name: {"chunks": (diag_chunk,)} for name in _SCALARS})
     encoding.update({name: {"chunks": (diag_chunk, 3)} for name in _VECTORS})
-    ds.to_zarr(path, mode="w-", compute=False, zarr_format=3, consolidated=False,
-               encoding=encoding)
-    root = zarr.open_group(path, mode="r+", use_consolidated=False)
-    root.create_group(_MARKER_GROUP, attributes={"committed": 0, "snapshots": n_snap})
-    consolidate_metadata(path)  # no metadata changes after this
+    with warnings.catch_warnings():
+        # the writer lease file sits beside the arrays: Zarr lists it and says it is no node
+        warnings.filterwarnings("ignore", r"Object at writer\.lease", zarr.errors.ZarrUserWarning)
+        # "a", not "w-": the directory already holds this run's writer lease (nothing else)
+        ds.to_zarr(path, mode="a", compute=False, zarr_format=3, consolidated=False,
+                   encoding=encoding)
+        root = zarr.open_group(path, mode="r+", use_consolidated=False)
+        root.create_group(_MARKER_GROUP, attributes={"committed": 0, "snapshots": n_snap})
+        consolidate_metadata(path)  # no metadata changes after this
 
 
 def consolidate_metadata(path: str | os.PathLike) -> None:
@@ -244,12 +259,21 @@ def _open_array(path: str, name: str, run: str) -> zarr.Array:
     return zarr.open_array(store=path, path=name, mode="r+")
 
 
-def write_tile(path: str, index: int, tile: Tile, run: str = "") -> int:
+def write_tile(path: str, index: int, tile: Tile, run: str = "", writer: str = "") -> int:
     """Write one tile's positions and velocities into snapshot ``index`` (runs on a worker).
 
     The region is whole chunks owned by this tile alone. ``run`` identifies the run (see
-    :func:`_open_array`). Returns the number of bodies written.
+    :func:`_open_array`); ``writer``, if given, is the run's writer lease id, which must
+    still hold the store. Returns the number of bodies written.
+
+    Raises
+    ------
+    LeaseLostError
+        If another run took the store's writer lease over: nothing is written.
     """
+    if writer and not holds(path, writer):
+        raise LeaseLostError(f"store {path!r}: this run's writer lease was taken over by "
+                             "another run; it stopped writing")
     lo, hi = tile.start, tile.start + tile.size
     _open_array(path, "position", run)[index, lo:hi, :] = tile.position.T
     _open_array(path, "velocity", run)[index, lo:hi, :] = tile.velocity.T
@@ -265,7 +289,9 @@ class SnapshotCommitter:
     snapshots whose diagnostics are on disk too.
     """
 
-    def __init__(self, path: Path, interval: float = 1.0) -> None:
+    def __init__(self, path: Path, interval: float = 1.0,
+                 guard: Callable[[], None] | None = None) -> None:
+        self._guard = guard  # raises if this run may no longer write (lost writer lease)
         self._root = zarr.open_group(path, mode="r+", use_consolidated=False)
         self._arrays = {name: self._root[name] for name in _SCALARS + _VECTORS}
         self._marker = self._root[_MARKER_GROUP]
@@ -299,9 +325,11 @@ class SnapshotCommitter:
         if quietly:
             try:
                 self.flush()
-            except OSError:
+            except (OSError, LeaseLostError):
                 pass
             return
+        if self._guard is not None:
+            self._guard()
         lo, hi = self._committed, self._committed + len(self._buffer)
         for name, array in self._arrays.items():
             array[lo:hi] = np.array([rec[name] for rec in self._buffer])
@@ -373,9 +401,9 @@ def open_trajectory(path: str | os.PathLike) -> xr.Dataset:
         ds = xr.open_zarr(path)
     except Exception as exc:  # zarr and xarray raise many kinds here
         raise ValueError(f"store {str(path)!r} is damaged: {type(exc).__name__}: {exc}") from None
-    # Consolidated metadata would hide an array deleted from disk: list the real members.
-    on_disk = set(root.array_keys())
-    missing = sorted({"position", "velocity", "mass", *_SCALARS, *_VECTORS} - on_disk)
+    # Consolidated metadata would hide an array deleted from disk: look at the real ones.
+    missing = sorted(name for name in {"position", "velocity", "mass", *_SCALARS, *_VECTORS}
+                     if not (path / name / "zarr.json").is_file())
     if missing or "config" not in ds.attrs:
         what = f"variables {missing}" if missing else "the config attribute"
         raise ValueError(f"store {str(path)!r} is damaged: {what} missing")

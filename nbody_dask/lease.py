@@ -1,0 +1,242 @@
+"""One writer per store: an exclusive, heartbeated lease file inside the store.
+
+A run holds ``writer.lease.<generation>`` in its store's root while it writes: a small JSON
+record of the run (id, host, pid and the pid's start time, when it started, its last
+heartbeat). The file is created exclusively (``O_CREAT | O_EXCL``), so of two runs racing
+for a store exactly one gets it; the other is refused with one line naming the owner.
+
+A lease is *stale* when its owner is gone: on the same host, its pid no longer runs (or now
+belongs to another process); on another host (a shared file system), its heartbeat is older
+than ``nbody.lease.timeout`` seconds. A stale lease is taken over by creating the next
+generation, again exclusively, so that resume after a SIGKILL keeps working and two
+resumes cannot both take over. The holder rewrites its file every ``nbody.lease.heartbeat``
+seconds. Workers check, before they write a snapshot region, that their run's lease is
+still the newest generation (:func:`holds`); a run that lost its lease stops writing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+from . import config
+
+__all__ = ["StoreInUseError", "LeaseLostError", "LeaseInfo", "WriterLease", "holder", "holds",
+           "is_lease_file", "refuse_if_in_use"]
+
+_PREFIX = "writer.lease."
+
+
+class StoreInUseError(RuntimeError):
+    """Another live run holds the store's writer lease."""
+
+
+class LeaseLostError(RuntimeError):
+    """This run's writer lease was taken over: it must stop writing."""
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """The record in a lease file."""
+
+    run_id: str
+    host: str
+    pid: int
+    pid_started: float
+    started: float
+    heartbeat: float
+    generation: int = 0
+
+    def describe(self) -> str:
+        age = time.time() - self.heartbeat
+        begun = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started))
+        return (f"run {self.run_id[:12]} (pid {self.pid} on {self.host}, started {begun}, "
+                f"last heartbeat {age:.0f} s ago)")
+
+    def stale(self, timeout: float) -> bool:
+        """True if the owner is gone (see the module docstring)."""
+        if self.host == socket.gethostname():
+            try:
+                return abs(psutil.Process(self.pid).create_time() - self.pid_started) > 1.0
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                return True
+            except psutil.Error:  # no permission to look: fall back on the heartbeat
+                pass
+        return time.time() - self.heartbeat > timeout
+
+
+def is_lease_file(name: str) -> bool:
+    """True for the names of lease files (entries a store may hold besides its arrays)."""
+    return name.startswith(_PREFIX) and name[len(_PREFIX):].split(".")[0].isdigit()
+
+
+def _generations(path: Path) -> list[int]:
+    try:
+        names = os.listdir(path)
+    except FileNotFoundError:
+        return []
+    return sorted(int(n[len(_PREFIX):]) for n in names
+                  if n.startswith(_PREFIX) and n[len(_PREFIX):].isdigit())
+
+
+def _read(path: Path, generation: int) -> LeaseInfo | None:
+    file = path / f"{_PREFIX}{generation}"
+    try:
+        record = json.loads(file.read_text())
+        return LeaseInfo(**{**record, "generation": generation})
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError):  # being written: held, as of its mtime
+        try:
+            mtime = file.stat().st_mtime
+        except FileNotFoundError:
+            return None
+        return LeaseInfo("unknown", "unknown", -1, 0.0, mtime, mtime, generation)
+
+
+def holder(path: str | os.PathLike) -> LeaseInfo | None:
+    """The newest lease of the store at ``path`` (live or stale), or None."""
+    path = Path(path)
+    for generation in reversed(_generations(path)):
+        info = _read(path, generation)
+        if info is not None:
+            return info
+    return None
+
+
+def refuse_if_in_use(path: str | os.PathLike, timeout: float | None = None) -> None:
+    """Raise :class:`StoreInUseError` naming the owner if a live run holds the store."""
+    current = holder(path)
+    if current is not None and not current.stale(float(config.get("lease.timeout", timeout))):
+        raise StoreInUseError(f"store {str(path)!r} is in use by {current.describe()}; "
+                              "wait for that run to end or stop it")
+
+
+_HOLDS_CACHE: dict[tuple[str, str], float] = {}
+_HOLDS_LOCK = threading.Lock()
+
+
+def holds(path: str | os.PathLike, run_id: str, max_age: float = 1.0) -> bool:
+    """True if ``run_id`` holds the store's newest lease (cached ``max_age`` s per process)."""
+    key = (str(path), run_id)
+    with _HOLDS_LOCK:
+        if time.monotonic() - _HOLDS_CACHE.get(key, -max_age - 1) <= max_age:
+            return True
+    current = holder(path)
+    ok = current is not None and current.run_id == run_id
+    if ok:
+        with _HOLDS_LOCK:
+            _HOLDS_CACHE[key] = time.monotonic()
+    return ok
+
+
+class WriterLease:
+    """The writer lease of one run on the store at ``path`` (a context manager).
+
+    Parameters
+    ----------
+    path : Path
+        The store (an existing directory).
+    heartbeat, timeout : float, optional
+        Seconds between heartbeats, and the age after which another host's lease is stale;
+        ``nbody.lease.heartbeat`` and ``nbody.lease.timeout`` by default.
+    """
+
+    def __init__(self, path: Path, heartbeat: float | None = None,
+                 timeout: float | None = None) -> None:
+        self.path = Path(path)
+        self.run_id = uuid.uuid4().hex
+        self.heartbeat = float(config.get("lease.heartbeat", heartbeat))
+        self.timeout = float(config.get("lease.timeout", timeout))
+        self.generation: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> WriterLease:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    @property
+    def _file(self) -> Path:
+        return self.path / f"{_PREFIX}{self.generation}"
+
+    def acquire(self) -> None:
+        """Take the lease, or raise :class:`StoreInUseError` naming the live owner."""
+        refuse_if_in_use(self.path, self.timeout)
+        current = holder(self.path)
+        generation = 0 if current is None else current.generation + 1
+        now = time.time()
+        me = psutil.Process()
+        record = LeaseInfo(self.run_id, socket.gethostname(), me.pid, me.create_time(), now,
+                           now, generation)
+        try:
+            fd = os.open(self.path / f"{_PREFIX}{generation}",
+                         os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            other = holder(self.path)
+            owner = other.describe() if other else "another run"
+            raise StoreInUseError(f"store {str(self.path)!r} was just taken by {owner}") from None
+        with os.fdopen(fd, "w") as f:
+            json.dump(self._record(record), f)
+            f.flush()
+            os.fsync(f.fileno())
+        self.generation = generation
+        for old in _generations(self.path):  # the stale generations before ours
+            if old < generation:
+                (self.path / f"{_PREFIX}{old}").unlink(missing_ok=True)
+        self._info = record
+        self._thread = threading.Thread(target=self._beat, name="nbody-lease-heartbeat",
+                                        daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _record(info: LeaseInfo) -> dict:
+        record = asdict(info)
+        del record["generation"]  # the file name says it
+        return record
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat):
+            if not self.held():
+                return
+            info = LeaseInfo(**{**asdict(self._info), "heartbeat": time.time()})
+            tmp = self.path / f"{_PREFIX}{self.generation}.{self.run_id}.tmp"
+            try:
+                tmp.write_text(json.dumps(self._record(info)))
+                os.replace(tmp, self._file)
+            except OSError:
+                continue  # a full disk or a vanished store: workers notice at their writes
+
+    def held(self) -> bool:
+        """True while this run's lease is the store's newest."""
+        if self.generation is None:
+            return False
+        return _generations(self.path)[-1:] == [self.generation] and self._file.exists()
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLostError` if another run took the lease over."""
+        if not self.held():
+            now = holder(self.path)
+            by = f" by {now.describe()}" if now else ""
+            raise LeaseLostError(f"store {str(self.path)!r}: this run's writer lease was taken "
+                                 f"over{by}; it stopped writing")
+
+    def release(self) -> None:
+        """Stop the heartbeat and remove the lease file, if it is still ours."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.held():
+            self._file.unlink(missing_ok=True)
+        self.generation = None
