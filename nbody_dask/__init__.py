@@ -26,6 +26,7 @@ from .initial_conditions import (  # noqa: E402
     uniform_cube,
 )
 from .integrators import NonFiniteStateError  # noqa: E402
+from .lease import LeaseLostError, StoreInUseError  # noqa: E402
 from .simulation import (  # noqa: E402
     SimulationInterrupted,
     accelerations,
@@ -39,6 +40,8 @@ __all__ = [
     "simulate",
     "SimulationInterrupted",
     "NonFiniteStateError",
+    "StoreInUseError",
+    "LeaseLostError",
     "accelerations",
     "potential_energy",
     "open_trajectory",

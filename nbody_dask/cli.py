@@ -164,13 +164,20 @@ def _simulate_and_report(cluster_kind: str, scheduler: str | None, scheduler_fil
 
 @main.command()
 @click.argument("store", type=click.Path())
-def info(store: str) -> None:
+@click.option("--verify/--no-verify", default=True, show_default=True,
+              help="Read every committed chunk and check its CRC-32C (reads the whole store).")
+def info(store: str, verify: bool) -> None:
     """Summarise a trajectory store: N, snapshots, time span, conservation."""
     import nbody_dask
+    from nbody_dask.storage import verify_trajectory
 
     with _errors_as_messages():
         traj = nbody_dask.open_trajectory(store)
+        if verify:
+            verify_trajectory(store)
         click.echo(_summary(store, traj))
+        if verify:
+            click.echo(f"verified     every chunk of {traj.sizes['time']} snapshot(s)")
 
 
 def _parse_params(_ctx, _param, values: tuple[str, ...]) -> dict[str, Any]:

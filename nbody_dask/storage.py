@@ -36,15 +36,18 @@ from pathlib import Path
 from typing import Any
 
 import dask.array as da
+from dask.base import tokenize
 import numpy as np
 import xarray as xr
 import zarr
+from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from .bodies import AXES, Tile
 from .lease import LeaseLostError, holds, is_lease_file, refuse_if_in_use
 
 __all__ = ["store_path", "check_store_path", "is_trajectory_store", "create_store", "write_tile",
-           "SnapshotCommitter", "committed_snapshots", "open_trajectory"]
+           "SnapshotCommitter", "committed_snapshots", "open_trajectory", "verify_trajectory",
+           "DamagedStoreError"]
 
 _MARKER_GROUP = "nbody"
 _VECTORS = ("momentum", "angular_momentum")
@@ -226,6 +229,8 @@ def create_store(
     encoding = {name: {"chunks": state_chunks} for name in ("position", "velocity")}
     encoding.update({name: {"chunks": (diag_chunk,)} for name in _SCALARS})
     encoding.update({name: {"chunks": (diag_chunk, 3)} for name in _VECTORS})
+    for name in [*ds.data_vars, "time", "step", "body"]:  # a CRC-32C on every chunk
+        encoding.setdefault(name, {})["compressors"] = (ZstdCodec(), Crc32cCodec())
     with warnings.catch_warnings():
         # the writer lease file sits beside the arrays: Zarr lists it and says it is no node
         warnings.filterwarnings("ignore", r"Object at writer\.lease", zarr.errors.ZarrUserWarning)
@@ -410,4 +415,67 @@ def open_trajectory(path: str | os.PathLike) -> xr.Dataset:
     if committed > ds.sizes["time"]:
         raise ValueError(f"store {str(path)!r} is damaged: {committed} snapshots committed "
                          f"but {ds.sizes['time']} laid out")
-    return ds.isel(time=slice(0, committed))
+    ds = ds.isel(time=slice(0, committed))
+    for name in ("position", "velocity", *_SCALARS, *_VECTORS):
+        reader = _CheckedReader(path, name, committed)
+        ds[name] = ds[name].copy(data=da.from_array(
+            reader, chunks=ds[name].data.chunks, name=f"nbody-read-{name}-{tokenize(reader)}"))
+    return ds
+
+
+class DamagedStoreError(ValueError):
+    """A committed chunk of a store failed its checksum, is truncated or is missing."""
+
+
+class _CheckedReader:
+    """Committed snapshots of one variable, read so that damage names snapshot and variable.
+
+    Every chunk carries a CRC-32C: a flipped or truncated chunk fails to decode. A missing
+    chunk would read as the fill value, NaN, which no committed snapshot holds (a run stops
+    at its first non-finite state): NaN is reported as a missing chunk.
+    """
+
+    def __init__(self, path: Path, name: str, committed: int) -> None:
+        self.path, self.name = path, name
+        self._array = array = zarr.open_array(store=str(path), path=name, mode="r")
+        self.shape = (committed, *array.shape[1:])
+        self.dtype = array.dtype
+        self.ndim = array.ndim
+        self.chunks = array.chunks
+        self._mtime = (path / name / "zarr.json").stat().st_mtime_ns
+
+    def __dask_tokenize__(self):
+        return (str(self.path), self.name, self.shape, self._mtime)
+
+    def __getitem__(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        times = range(self.shape[0])[key[0]] if isinstance(key[0], slice) else [key[0]]
+        try:
+            values = self._array[key]
+        except Exception as exc:  # checksum mismatch, truncation, decompression failure
+            raise self._damaged(times, f"a chunk fails its check ({type(exc).__name__}: "
+                                       f"{exc})") from None
+        if values.dtype.kind == "f" and np.isnan(values).any():
+            bad = np.isnan(values).reshape(len(times), -1).any(axis=1) if len(times) else []
+            first = times[int(np.argmax(bad))] if len(times) > 1 else times[0]
+            raise self._damaged([first], "a chunk is missing (it reads as the fill value)")
+        return values
+
+    def _damaged(self, times, what: str) -> DamagedStoreError:
+        where = (f"snapshot {times[0]}" if len(times) == 1
+                 else f"snapshots {times[0]}..{times[-1]}")
+        return DamagedStoreError(f"store {str(self.path)!r} is damaged: {where} of "
+                                 f"{self.name!r}: {what}")
+
+
+def verify_trajectory(path: str | os.PathLike) -> int:
+    """Read every committed chunk of a store, checking it; return the snapshots verified.
+
+    Raises
+    ------
+    DamagedStoreError
+        At the first damaged chunk, naming the snapshot and the variable.
+    """
+    ds = open_trajectory(path)
+    ds.load(scheduler="synchronous")
+    return ds.sizes["time"]

@@ -28,7 +28,7 @@ def _in_simulator(code: str, timeout: float = 600) -> dict:
 
 
 def test_cuda_kernel_matches_cpu_kernel_in_simulator():
-    """N in {1, 31, 200}, sources over two staged chunks, the last one part-filled; both dtypes."""
+    """N in {1, 31, 200}, sources over several staged chunks, the last part-filled; both dtypes."""
     result = _in_simulator("""
         import json, numpy as np
         from nbody_dask.kernels import cpu, cuda

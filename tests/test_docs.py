@@ -17,6 +17,7 @@ MODULES = {
     "nbody_dask.plot": {"KINDS"},
     "nbody_dask.clusters": {"KINDS", "client_context", "total_threads"},
     "nbody_dask.k8s": None,
+    "nbody_dask.lease": None,
     "nbody_dask.kernels.cuda": None,
 }
 

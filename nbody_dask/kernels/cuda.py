@@ -37,8 +37,9 @@ import numba
 import numpy as np
 from numba import cuda, float32, float64
 
-__all__ = ["BLOCK", "TARGETS_PER_THREAD", "VARIANTS", "available", "accel_tile",
-           "accel_potential_tile", "tile_pair_forces", "DeviceCache", "DEVICE_CACHE"]
+__all__ = ["BLOCK", "TARGETS_PER_THREAD", "SIMULATOR_SHAPE", "VARIANTS", "available",
+           "accel_tile", "accel_potential_tile", "tile_pair_forces", "DeviceCache",
+           "DEVICE_CACHE"]
 
 #: Threads per block, and sources staged in shared memory per pass (default). With
 #: :data:`TARGETS_PER_THREAD` the fastest shape measured on an H200 (40.6% of its FP32 peak
@@ -47,6 +48,10 @@ BLOCK = 256
 #: Target bodies per thread (default): each source read from shared memory serves this many.
 #: 8 fit in registers; 16 spill and run at a third of the speed.
 TARGETS_PER_THREAD = 8
+#: The default launch shape under Numba's simulator, which runs a Python thread per CUDA
+#: thread: a small block keeps simulated runs fast (every shape of :data:`VARIANTS` is still
+#: checked there explicitly).
+SIMULATOR_SHAPE = (32, 1)
 #: Launch shapes ``nbody-dask bench --backend cuda`` compares: (block, targets per thread).
 VARIANTS = ((128, 1), (256, 1), (512, 1), (128, 2), (256, 2), (64, 4), (128, 4), (256, 4),
             (64, 8), (128, 8), (256, 8))
@@ -241,8 +246,9 @@ DEVICE_CACHE = DeviceCache()
 def _run(d_target, d_source, d_mass, nt: int, ns: int, dtype: np.dtype, eps2,
          with_potential: bool, diagonal: bool, block: int | None = None,
          per_thread: int | None = None) -> np.ndarray:
-    block = block or BLOCK
-    per_thread = per_thread or TARGETS_PER_THREAD
+    simulated = numba.config.ENABLE_CUDASIM
+    block = block or (SIMULATOR_SHAPE[0] if simulated else BLOCK)
+    per_thread = per_thread or (SIMULATOR_SHAPE[1] if simulated else TARGETS_PER_THREAD)
     rows = 4 if with_potential else 3
     if nt == 0 or ns == 0:
         return np.zeros((rows, nt), dtype=dtype)
