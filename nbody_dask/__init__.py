@@ -33,7 +33,7 @@ from .simulation import (  # noqa: E402
     potential_energy,
     simulate,
 )
-from .storage import open_trajectory  # noqa: E402
+from .storage import DamagedStoreError, open_trajectory, verify_trajectory  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -45,6 +45,8 @@ __all__ = [
     "accelerations",
     "potential_energy",
     "open_trajectory",
+    "verify_trajectory",
+    "DamagedStoreError",
     "make_bodies",
     "as_bodies",
     "plummer",
