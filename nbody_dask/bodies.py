@@ -78,8 +78,8 @@ def make_bodies(
         m = _as_float_array("mass", mass)
         if m.ndim == 0:
             m = np.full(n, float(m))
-    ids = np.arange(n) if body is None else np.asarray(body)
     _check_shapes(pos, vel, m)
+    ids = np.arange(n) if body is None else _check_ids(body, n)
     ds = xr.Dataset(
         {
             "position": (("body", "axis"), pos),
@@ -123,10 +123,10 @@ def as_bodies(bodies: Any) -> xr.Dataset:
                            ("mass", ("body",))):
             if bodies[name].dims != dims:
                 raise ValueError(f"bodies.{name} must have dims {dims}, got {bodies[name].dims}")
-        pos = _as_float_array("position", bodies["position"].values)
-        vel = _as_float_array("velocity", bodies["velocity"].values)
+        pos = _as_float_array("position", bodies["position"])
+        vel = _as_float_array("velocity", bodies["velocity"])
         m = _as_float_array("mass", bodies["mass"].values)
-        ids = bodies["body"].values if "body" in bodies.coords else np.arange(pos.shape[0])
+        ids = bodies["body"].values if "body" in bodies.coords else None
         attrs = dict(bodies.attrs)
     elif isinstance(bodies, Mapping):
         missing = [k for k in ("position", "velocity", "mass") if k not in bodies]
@@ -135,7 +135,7 @@ def as_bodies(bodies: Any) -> xr.Dataset:
         pos = _as_float_array("position", bodies["position"])
         vel = _as_float_array("velocity", bodies["velocity"])
         m = _as_float_array("mass", bodies["mass"])
-        ids = np.arange(pos.shape[0]) if pos.ndim else np.arange(0)
+        ids = None
         attrs = {}
     else:
         raise TypeError(
@@ -144,6 +144,7 @@ def as_bodies(bodies: Any) -> xr.Dataset:
         )
     _check_shapes(pos, vel, m)
     _check_values(pos, vel, m)
+    ids = np.arange(pos.shape[0]) if ids is None else _check_ids(ids, pos.shape[0])
     ds = xr.Dataset(
         {
             "position": (("body", "axis"), pos),
@@ -156,11 +157,48 @@ def as_bodies(bodies: Any) -> xr.Dataset:
     return ds
 
 
+def _axis_labels(value: Any) -> list | None:
+    """The labels of the last axis of a DataFrame or DataArray, None for plain arrays."""
+    if isinstance(value, xr.DataArray):
+        return list(value["axis"].values) if "axis" in value.coords else None
+    columns = getattr(value, "columns", None)  # a pandas DataFrame
+    if columns is None:
+        return None
+    labels = list(columns)
+    return None if labels == list(range(len(labels))) else labels
+
+
+def _in_xyz_order(name: str, value: Any, arr: np.ndarray) -> np.ndarray:
+    """Reorder columns labelled x, y, z (any order, any case) to x, y, z; refuse other labels."""
+    labels = _axis_labels(value)
+    if labels is None or arr.ndim != 2:
+        return arr
+    keys = [str(label).lower() for label in labels]
+    if sorted(keys) != sorted(AXES):
+        raise ValueError(f"{name} axis labels must be {list(AXES)} (in any order), "
+                         f"got {labels}")
+    return arr[:, [keys.index(axis) for axis in AXES]]
+
+
+def _check_ids(ids: Any, n: int) -> np.ndarray:
+    ids = np.asarray(ids)
+    if ids.shape != (n,):
+        raise ValueError(f"body ids must have shape ({n},), got {ids.shape}")
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"body ids must be integers, got dtype {ids.dtype}")
+    unique, counts = np.unique(ids, return_counts=True)
+    if (counts > 1).any():
+        repeated = unique[counts > 1][:5].tolist()
+        raise ValueError(f"body ids must be unique; repeated: {repeated}")
+    return ids
+
+
 def _as_float_array(name: str, value: Any) -> np.ndarray:
     try:
         arr = np.asarray(value)
     except Exception as exc:  # ragged lists and the like
         raise TypeError(f"{name} must be array-like of numbers: {exc}") from None
+    arr = _in_xyz_order(name, value, arr)
     if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.number)):
         raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
     if np.iscomplexobj(arr):

@@ -50,8 +50,44 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None)
     unknown = sorted(set(options) - known)
     if unknown:
         raise click.BadParameter(f"unknown option(s) in {value!r}: {', '.join(unknown)}")
+    params = {p.name: p for p in ctx.command.params}
+    for name, item in options.items():
+        problem = _config_type_problem(params[name], item)
+        if problem:
+            raise click.BadParameter(f"{name.replace('_', '-')} in {value!r} must be "
+                                     f"{problem}, got {item!r}")
     ctx.default_map = {**(ctx.default_map or {}), **options}
     return value
+
+
+def _config_type_problem(param: click.Parameter, value: Any) -> str | None:
+    """What a config file value for ``param`` must be, if ``value`` is not that (no coercion:
+    ``steps = 2.7`` or ``steps: true`` is an error, not 2 or 1 steps)."""
+    if getattr(param, "multiple", False):
+        if not isinstance(value, list):
+            return "a list"
+        problems = [_config_type_problem(_Single(param), item) for item in value]
+        return next((f"a list of {p}" for p in problems if p), None)
+    if isinstance(param, click.Option) and param.is_flag:
+        return None if isinstance(value, bool) else "true or false"
+    kind = param.type
+    if isinstance(kind, click.types.IntParamType):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        return None if ok else "an integer"
+    if isinstance(kind, click.types.FloatParamType):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return None if ok else "a number"
+    if isinstance(value, (list, dict, bool)):
+        return "a single value"
+    return None
+
+
+class _Single:
+    """A view of a multiple-valued parameter as one of its values (for type checks)."""
+
+    def __init__(self, param: click.Parameter) -> None:
+        self.type = param.type
+        self.multiple = False
 
 
 def _cluster_options(command):
@@ -136,8 +172,9 @@ def _simulate_and_report(cluster_kind: str, scheduler: str | None, scheduler_fil
                          store: str, bodies: Any, **kwargs: Any) -> None:
     """Run :func:`nbody_dask.simulate` (on ``scheduler`` if given) and print a summary.
 
-    SIGTERM (Slurm's warning before a walltime kill) ends the run cleanly: the snapshots in
-    flight are committed and the exit code is 143 (128 + SIGTERM), with how to resume.
+    SIGTERM (Slurm's warning before a walltime kill) or Ctrl-C ends the run cleanly: the
+    snapshots in flight are committed and the exit code is 143 (128 + SIGTERM) or 130
+    (128 + SIGINT), with how to resume. A second Ctrl-C stops at once (exit 130).
     """
     import nbody_dask
 
@@ -158,7 +195,11 @@ def _simulate_and_report(cluster_kind: str, scheduler: str | None, scheduler_fil
             traj = nbody_dask.simulate(bodies, store=store, client=client, **kwargs)
         except nbody_dask.SimulationInterrupted as exc:
             click.echo(f"nbody-dask: {exc}", err=True)
-            sys.exit(143)
+            sys.exit(128 + exc.signum)
+        except KeyboardInterrupt:  # a second Ctrl-C: what was committed stays committed
+            where = f"; `nbody-dask resume {store}` continues" if store else ""
+            click.echo(f"nbody-dask: stopped at once by a second Ctrl-C{where}", err=True)
+            sys.exit(130)
         click.echo(_summary(store, traj))
 
 
@@ -186,7 +227,11 @@ def _parse_params(_ctx, _param, values: tuple[str, ...]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise click.BadParameter(f"expected KEY=VALUE, got {item!r}")
-        params[key.strip().replace("-", "_")] = yaml.safe_load(value)
+        try:
+            params[key.strip().replace("-", "_")] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            problem = str(exc).splitlines()[0]
+            raise click.BadParameter(f"cannot read the value of {item!r}: {problem}") from None
     return params
 
 

@@ -7,6 +7,7 @@ choose safe defaults (everything bound to 127.0.0.1, dashboard included).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -175,6 +176,16 @@ def connect(address: str | None = None, *, scheduler_file: str | None = None,
     target = address if address is not None else f"scheduler file {scheduler_file!r}"
     if scheduler_file is not None and not os.path.exists(scheduler_file):
         raise FileNotFoundError(f"no scheduler file at {scheduler_file!r}")
+    if scheduler_file is not None:
+        try:
+            with open(scheduler_file) as f:
+                info = json.load(f)
+            ok = isinstance(info, dict) and isinstance(info.get("address"), str)
+        except (OSError, UnicodeDecodeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(f"{scheduler_file!r} is not a Dask scheduler file (JSON with an "
+                             "'address', as `dask scheduler --scheduler-file` writes)")
     try:
         return Client(address, scheduler_file=scheduler_file, timeout=timeout, **kwargs)
     except (OSError, TimeoutError) as exc:

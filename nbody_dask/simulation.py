@@ -216,7 +216,7 @@ def simulate(
                              t0=start.t0, dt=cfg.dt, dtype=resolve_dtype(cfg.dtype),
                              tile_size=tile,
                              attrs=_store_attrs(cfg, tile, backend, start.bodies))
-            with _progress(show_progress, cfg.steps) as report, _sigterm_flag() as stop:
+            with _progress(show_progress, cfg.steps) as report, _stop_on_signals() as stop:
                 def on_complete(step: int, record: dict | None) -> None:
                     report(step, record)
                     if callback is not None:
@@ -228,7 +228,7 @@ def simulate(
 
 
 class SimulationInterrupted(RuntimeError):
-    """The run stopped early on request (SIGTERM); its committed snapshots are safe.
+    """The run stopped early on request (SIGTERM or Ctrl-C); its committed snapshots are safe.
 
     Attributes
     ----------
@@ -236,14 +236,18 @@ class SimulationInterrupted(RuntimeError):
         The store, to pass to ``simulate(store=..., resume=True)``.
     committed : int
         Snapshots committed.
+    signum : int
+        The signal that asked for the stop (``signal.SIGTERM`` or ``signal.SIGINT``).
     """
 
-    def __init__(self, store: Path, committed: int) -> None:
-        super().__init__(f"interrupted by SIGTERM with {committed} snapshot(s) committed in "
+    def __init__(self, store: Path, committed: int, signum: int = signal.SIGTERM) -> None:
+        by = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
+        super().__init__(f"interrupted by {by} with {committed} snapshot(s) committed in "
                          f"{str(store)!r}; continue with simulate(store=..., resume=True) or "
                          f"`nbody-dask resume {store}`")
         self.store = store
         self.committed = committed
+        self.signum = int(signum)
 
 
 @dataclass
@@ -426,21 +430,44 @@ def _run(c: Client, start: _Start, tile: int, backend: str, path: Path, on_compl
         committer.flush(quietly=True)
         raise
     if stop.is_set():
-        raise SimulationInterrupted(path, committer.committed)
+        raise SimulationInterrupted(path, committer.committed, stop.signum)
+
+
+class _StopRequest(threading.Event):
+    """Set by SIGTERM or a first Ctrl-C (SIGINT); ``signum`` says which."""
+
+    signum: int = signal.SIGTERM
 
 
 @contextmanager
-def _sigterm_flag() -> Iterator[threading.Event]:
-    """An event set by SIGTERM while the block runs (main thread only; else never set)."""
-    stop = threading.Event()
+def _stop_on_signals() -> Iterator[_StopRequest]:
+    """A stop request set by SIGTERM or Ctrl-C while the block runs (main thread only).
+
+    Either lets the steps in flight finish and commit, then :class:`SimulationInterrupted` is
+    raised. After a first Ctrl-C, a second one interrupts at once (``KeyboardInterrupt``).
+    """
+    stop = _StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+
+    def on_term(signum, frame) -> None:
+        stop.signum = signum
+        stop.set()
+
+    def on_interrupt(signum, frame) -> None:
+        on_term(signum, frame)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        print("nbody-dask: Ctrl-C: finishing the steps in flight and committing them; "
+              "Ctrl-C again stops at once", file=sys.stderr, flush=True)
+
+    previous = {sig: signal.signal(sig, handler)
+                for sig, handler in ((signal.SIGTERM, on_term), (signal.SIGINT, on_interrupt))}
     try:
         yield stop
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _submission_ends(steps: int, snapshot_steps: list[int], max_steps: int) -> Iterator[int]:

@@ -199,3 +199,46 @@ def test_ic_then_run_from_file_then_plot(runner, tmp_path):
     refused = runner.invoke(main, ["plot", str(store)])
     assert refused.exit_code == 1 and "positions.png' exists" in refused.output
     assert runner.invoke(main, ["plot", str(store), "--overwrite"]).exit_code == 0
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("steps = 2.7\n", "steps in {path!r} must be an integer, got 2.7"),
+    ("steps = true\n", "steps in {path!r} must be an integer, got True"),
+    ("n = [64]\n", "n in {path!r} must be an integer, got [64]"),
+    ("dt = \"fast\"\n", "dt in {path!r} must be a number, got 'fast'"),
+    ("overwrite = 1\n", "overwrite in {path!r} must be true or false, got 1"),
+])
+def test_config_values_are_not_coerced(runner, tmp_path, text, message):
+    """Before: `steps = 2.7` ran 2 steps, `steps: true` ran 1, `n: [64]` a traceback."""
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    result = runner.invoke(main, ["run", "--config", str(path), "--no-progress"])
+    assert result.exit_code == 2, result.output
+    assert message.format(path=str(path)) in result.output
+    assert isinstance(result.exception, SystemExit)  # click's usage error, no traceback
+
+
+def test_yaml_config_list_value_is_one_line(runner, tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("n: [64]\n")
+    result = runner.invoke(main, ["run", "--config", str(path)])
+    assert result.exit_code == 2 and "n in" in result.output and "must be an integer" in \
+        result.output
+    assert isinstance(result.exception, SystemExit)
+
+
+def test_unparsable_ic_parameter_is_one_line(runner, tmp_path):
+    result = runner.invoke(main, ["ic", "plummer", str(tmp_path / "ic.npz"), "-p", "k=[1"])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+    assert "cannot read the value of 'k=[1'" in result.output
+
+
+def test_non_json_scheduler_file_is_one_line(runner, tmp_path):
+    bad = tmp_path / "scheduler.json"
+    bad.write_text("not json at all")
+    result = runner.invoke(main, ["run", "--n", "8", "--steps", "1", "--no-progress",
+                                  "--scheduler-file", str(bad)])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert result.output.strip() == (f"Error: {str(bad)!r} is not a Dask scheduler file (JSON "
+                                     "with an 'address', as `dask scheduler --scheduler-file` "
+                                     "writes)")

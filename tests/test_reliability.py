@@ -206,3 +206,41 @@ def test_long_run_keeps_tasks_and_memory_flat(client):
     while scheduler.tasks and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not scheduler.tasks  # everything released once simulate() returns
+
+
+def test_ctrl_c_commits_says_how_to_resume_and_exits_130(tmp_path, reference):
+    """Ctrl-C behaves like SIGTERM (before: `Aborted!`, exit 1, or a wall of tracebacks)."""
+    store = tmp_path / "int.zarr"
+    proc = _start(store, "run", *RUN)
+    try:
+        _wait_for_commits(proc, store, 5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        _kill_group(proc)
+    assert proc.returncode == 130, err
+    assert "interrupted by Ctrl-C (SIGINT)" in err and f"nbody-dask resume {store}" in err
+    assert "Traceback" not in err and "Aborted" not in err
+    assert 5 <= committed_snapshots(store) < reference.sizes["time"]
+    _resume(store)
+    _assert_identical(store, reference)
+
+
+def test_second_ctrl_c_stops_at_once(tmp_path):
+    store = tmp_path / "int2.zarr"
+    # steps of ~10 ms, 20 to a snapshot: the steps in flight after the first Ctrl-C take far
+    # longer than the 0.2 s before the second
+    slow = ["--ic", "plummer", "--n", "4000", "--tile-size", "1000", "--steps", "100000",
+            "--dt", "0.001", "--softening", "0.05", "--snapshot-every", "20", "--no-progress"]
+    proc = _start(store, "run", *slow)
+    try:
+        _wait_for_commits(proc, store, 2)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        _kill_group(proc)
+    assert proc.returncode == 130, err
+    assert "stopped at once by a second Ctrl-C" in err and "Traceback" not in err
+    assert committed_snapshots(store) >= 2
