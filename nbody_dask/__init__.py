@@ -28,6 +28,7 @@ from .initial_conditions import (  # noqa: E402
 from .integrators import NonFiniteStateError  # noqa: E402
 from .lease import LeaseLostError, StoreInUseError  # noqa: E402
 from .simulation import (  # noqa: E402
+    EnergyErrorExceeded,
     SimulationInterrupted,
     accelerations,
     potential_energy,
@@ -40,6 +41,7 @@ __all__ = [
     "simulate",
     "SimulationInterrupted",
     "NonFiniteStateError",
+    "EnergyErrorExceeded",
     "StoreInUseError",
     "LeaseLostError",
     "accelerations",

@@ -142,11 +142,13 @@ def main() -> None:
 @click.option("--store", type=click.Path(), default="run.zarr", show_default=True,
               help="Zarr store to write.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing store.")
+@click.option("--max-energy-error", type=float, default=None, metavar="BOUND",
+              help="Stop at the first snapshot with |E/E0 - 1| above BOUND [default: none].")
 @_cluster_options
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, tile_size,
-        split_every, backend, G, store, overwrite, cluster_kind, scheduler, scheduler_file,
-        progress) -> None:
+        split_every, backend, G, store, overwrite, max_energy_error, cluster_kind, scheduler,
+        scheduler_file, progress) -> None:
     """Run a simulation and write its trajectory to a Zarr store."""
     with _errors_as_messages():
         bodies = _initial_conditions(ic, n, seed, eccentricity)
@@ -154,18 +156,21 @@ def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, 
                              steps=steps, dt=dt, softening=softening,
                              snapshot_every=snapshot_every, dtype=dtype, tile_size=tile_size,
                              split_every=split_every, backend=backend, G=G,
-                             overwrite=overwrite, progress=progress)
+                             overwrite=overwrite, progress=progress,
+                             max_energy_error=max_energy_error)
 
 
 @main.command()
 @click.argument("store", type=click.Path())
 @_cluster_options
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
-def resume(store, cluster_kind, scheduler, scheduler_file, progress) -> None:
+@click.option("--max-energy-error", type=float, default=None, metavar="BOUND",
+              help="Stop at the first snapshot with |E/E0 - 1| above BOUND [default: none].")
+def resume(store, cluster_kind, scheduler, scheduler_file, progress, max_energy_error) -> None:
     """Continue the run in STORE from its last committed snapshot."""
     with _errors_as_messages():
         _simulate_and_report(cluster_kind, scheduler, scheduler_file, store, None,
-                             resume=True, progress=progress)
+                             resume=True, progress=progress, max_energy_error=max_energy_error)
 
 
 def _simulate_and_report(cluster_kind: str, scheduler: str | None, scheduler_file: str | None,

@@ -47,6 +47,7 @@ from .storage import (SnapshotCommitter, check_store_path, committed_snapshots, 
                       open_trajectory, store_path)
 
 __all__ = ["simulate", "accelerations", "potential_energy", "RunConfig", "SimulationInterrupted",
+           "EnergyErrorExceeded",
            "load_snapshot"]
 
 
@@ -104,6 +105,7 @@ def simulate(
     resume: bool = False,
     progress: bool | None = None,
     callback: Callable[[int, dict | None], None] | None = None,
+    max_energy_error: float | None = None,
 ) -> xr.Dataset:
     """Integrate an N-body system with leapfrog (kick-drift-kick) on a Dask cluster.
 
@@ -156,6 +158,11 @@ def simulate(
         ``kinetic_energy``, ``potential_energy``, ``total_energy``, ``momentum``,
         ``angular_momentum``) once all of a snapshot's regions are written (the commit marker
         follows within a second), None for submissions that end between snapshots.
+    max_energy_error : float, optional
+        Stop the run with :class:`EnergyErrorExceeded` at the first snapshot whose relative
+        energy error ``|E / E0 - 1|`` (``|E - E0|`` if ``E0`` is 0) exceeds this bound; E0 is
+        the energy of snapshot 0 (also on resume). That snapshot and those before it stay
+        committed. Not stored: give it again on resume. None: no bound.
 
     Returns
     -------
@@ -173,8 +180,14 @@ def simulate(
     FileExistsError
         If ``store`` exists and neither ``overwrite`` nor ``resume`` is set.
     SimulationInterrupted
-        On SIGTERM (as Slurm sends before a walltime kill): the steps in flight are finished,
-        every completed snapshot is committed, and the run can be resumed.
+        On SIGTERM (as Slurm sends before a walltime kill) or Ctrl-C: the steps in flight are
+        finished, every completed snapshot is committed, and the run can be resumed.
+    NonFiniteStateError
+        At the first step whose state is not finite (naming the step and a body).
+    EnergyErrorExceeded
+        At the first snapshot beyond ``max_energy_error``.
+    StoreInUseError
+        If another live run holds ``store``'s writer lease.
 
     Notes
     -----
@@ -193,6 +206,8 @@ def simulate(
             raise TypeError(f"{name} must be True or False, got {flag!r}")
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable, got {callback!r}")
+    if max_energy_error is not None:
+        max_energy_error = check_real("max_energy_error", max_energy_error, positive=True)
     show_progress = bool(config.get("progress", progress))
     backend = check_backend(config.get("backend", backend))
     given = dict(steps=steps, dt=dt, softening=softening, G=G, snapshot_every=snapshot_every,
@@ -217,8 +232,11 @@ def simulate(
                              tile_size=tile,
                              attrs=_store_attrs(cfg, tile, backend, start.bodies))
             with _progress(show_progress, cfg.steps) as report, _stop_on_signals() as stop:
+                energy = _EnergyBound(max_energy_error, path if resume else None)
+
                 def on_complete(step: int, record: dict | None) -> None:
                     report(step, record)
+                    energy.check(step, record)
                     if callback is not None:
                         callback(step, record)
 
@@ -248,6 +266,32 @@ class SimulationInterrupted(RuntimeError):
         self.store = store
         self.committed = committed
         self.signum = int(signum)
+
+
+class EnergyErrorExceeded(ArithmeticError):
+    """The energy error passed ``max_energy_error``: the run stopped (its snapshots stay)."""
+
+
+class _EnergyBound:
+    """``simulate(max_energy_error=...)``: checks each snapshot's energy against snapshot 0's."""
+
+    def __init__(self, bound: float | None, resumed_store: Path | None) -> None:
+        self.bound = bound
+        self.e0: float | None = None
+        if bound is not None and resumed_store is not None:
+            self.e0 = float(open_trajectory(resumed_store).total_energy[0])
+
+    def check(self, step: int, record: dict | None) -> None:
+        if self.bound is None or record is None:
+            return
+        energy = float(record["total_energy"])
+        if self.e0 is None:
+            self.e0 = energy
+        error = abs(energy / self.e0 - 1) if self.e0 else abs(energy - self.e0)
+        if not error <= self.bound:
+            raise EnergyErrorExceeded(
+                f"energy error {error:.3e} at step {step} exceeds max_energy_error="
+                f"{self.bound!r}; the run stopped, its snapshots up to this one are committed")
 
 
 @dataclass

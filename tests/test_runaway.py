@@ -69,3 +69,36 @@ def test_coincident_bodies_without_softening_stay_finite(client):
     traj = nbody_dask.simulate(bodies, steps=3, dt=0.01, softening=0.0, client=client,
                                progress=False)
     assert np.isfinite(traj.position.values).all()
+
+
+def test_energy_error_bound_stops_the_run(client, tmp_path):
+    store = tmp_path / "drift.zarr"
+    kw = dict(steps=8, dt=0.05, softening=0.01, snapshot_every=2, client=client,
+              progress=False)
+    with pytest.raises(nbody_dask.EnergyErrorExceeded,
+                       match=r"energy error .* at step 2 exceeds max_energy_error=1e-12"):
+        nbody_dask.simulate(nbody_dask.plummer(32, seed=1), store=store,
+                            max_energy_error=1e-12, **kw)
+    assert committed_snapshots(store) == 2  # snapshot 0 and the one that broke the bound
+    loose = nbody_dask.simulate(nbody_dask.plummer(32, seed=1), max_energy_error=0.5, **kw)
+    assert loose.sizes["time"] == 5
+
+
+def test_energy_error_bound_from_the_cli_and_on_resume(tmp_path):
+    store = tmp_path / "drift-cli.zarr"
+    args = ["run", "--n", "32", "--steps", "8", "--dt", "0.05", "--snapshot-every", "2",
+            "--no-progress", "--store", str(store)]
+    result = CliRunner().invoke(main, [*args, "--max-energy-error", "1e-12"])
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: energy error ") and "at step 2" in result.output
+    # resume checks against the same E0 (snapshot 0), so the bound stops it again at once
+    again = CliRunner().invoke(main, ["resume", str(store), "--no-progress",
+                                      "--max-energy-error", "1e-12"])
+    assert again.exit_code == 1 and "exceeds max_energy_error=1e-12" in again.output
+    done = CliRunner().invoke(main, ["resume", str(store), "--no-progress"])
+    assert done.exit_code == 0, done.output
+
+
+def test_bad_energy_bound_is_refused(no_cluster):
+    with pytest.raises(ValueError, match="max_energy_error must be > 0, got -1"):
+        nbody_dask.simulate(nbody_dask.plummer(8), steps=1, dt=0.1, max_energy_error=-1)
