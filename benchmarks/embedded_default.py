@@ -17,7 +17,7 @@ from nbody_dask import benchmark, clusters
 
 
 def seconds_per_step(n: int, processes: bool, reps: int) -> float:
-    steps = 30 if n < 65_536 else 12
+    steps = 30 if n < 65_536 else 20
     with clusters.local(processes=processes) as cluster, Client(cluster) as client:
         rate = benchmark.simulate_rate(n, steps=steps, snapshot_every=10, dtype="float32",
                                        client=client, reps=reps)
