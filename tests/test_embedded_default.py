@@ -1,4 +1,4 @@
-"""simulate() with no client as newcomers call it: no ``__main__`` guard, stdin, ``-c``, notebook.
+"""simulate() with no client as newcomers call it: no ``__main__`` guard, stdin, REPL, notebook.
 
 The default cluster used to spawn worker processes, which re-import an unguarded script:
 220 lines of tracebacks ending in ``Nanny failed to start`` and the user's code run twice.
@@ -41,7 +41,7 @@ def _check(proc, store):
     assert nbody_dask.open_trajectory(store).sizes["time"] == 3
 
 
-@pytest.mark.parametrize("how", ["file", "stdin", "dash-c"])
+@pytest.mark.parametrize("how", ["file", "stdin", "dash-c", "repl"])
 def test_unguarded_script_runs_once(tmp_path, how):
     store = tmp_path / "run.zarr"
     code = SCRIPT.format(store=str(store))
@@ -50,6 +50,8 @@ def test_unguarded_script_runs_once(tmp_path, how):
         proc = _run([sys.executable, "first.py"], tmp_path)
     elif how == "stdin":
         proc = _run([sys.executable, "-"], tmp_path, stdin=code)
+    elif how == "repl":  # the interactive interpreter, fed line by line
+        proc = _run([sys.executable, "-i", "-q"], tmp_path, stdin=code + "\n")
     else:
         proc = _run([sys.executable, "-c", code], tmp_path)
     _check(proc, store)
