@@ -97,18 +97,24 @@ def test_driver_killed_then_resumed_is_bit_identical(tmp_path, reference, kill_a
     _assert_identical(store, reference)
 
 
-def test_sigterm_commits_and_exits_cleanly_then_resumes(tmp_path, reference):
+@pytest.mark.parametrize(("signum", "code", "said"), [
+    (signal.SIGTERM, 143, "interrupted by SIGTERM"),
+    # Ctrl-C as SIGTERM (before: `Aborted!`, exit 1, or a wall of tracebacks)
+    (signal.SIGINT, 130, "interrupted by Ctrl-C (SIGINT)"),
+])
+def test_signal_commits_and_exits_cleanly_then_resumes(tmp_path, reference, signum, code,
+                                                        said):
     store = tmp_path / "term.zarr"
     proc = _start(store, "run", *RUN)
     try:
         _wait_for_commits(proc, store, 5)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         _, err = proc.communicate(timeout=60)
     finally:
         _kill_group(proc)
-    assert proc.returncode == 143, err
-    assert "interrupted by SIGTERM" in err and "resume" in err
-    assert "Traceback" not in err
+    assert proc.returncode == code, err
+    assert said in err and f"nbody-dask resume {store}" in err
+    assert "Traceback" not in err and "Aborted" not in err
     committed = committed_snapshots(store)
     assert 5 <= committed < reference.sizes["time"]
     _resume(store)
@@ -206,24 +212,6 @@ def test_long_run_keeps_tasks_and_memory_flat(client):
     while scheduler.tasks and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not scheduler.tasks  # everything released once simulate() returns
-
-
-def test_ctrl_c_commits_says_how_to_resume_and_exits_130(tmp_path, reference):
-    """Ctrl-C behaves like SIGTERM (before: `Aborted!`, exit 1, or a wall of tracebacks)."""
-    store = tmp_path / "int.zarr"
-    proc = _start(store, "run", *RUN)
-    try:
-        _wait_for_commits(proc, store, 5)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        _kill_group(proc)
-    assert proc.returncode == 130, err
-    assert "interrupted by Ctrl-C (SIGINT)" in err and f"nbody-dask resume {store}" in err
-    assert "Traceback" not in err and "Aborted" not in err
-    assert 5 <= committed_snapshots(store) < reference.sizes["time"]
-    _resume(store)
-    _assert_identical(store, reference)
 
 
 def test_second_ctrl_c_stops_at_once(tmp_path):
