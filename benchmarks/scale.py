@@ -1,0 +1,209 @@
+"""Simulated scale (issue 14): orchestration cost per step against W worker processes.
+
+    python benchmarks/scale.py [--workers 1,2,4,8,16,32] [--tiles-per-worker 2]
+                               [--tile-size 16] [--json out.json]
+
+A scheduler and W single-threaded worker processes are started as separate processes
+(``dask scheduler`` and ``dask worker``), the driver is this process, as on a real cluster.
+Tiles are tiny (``--tile-size`` bodies), so compute is negligible and what is measured is
+orchestration. For each W, with T = ``--tiles-per-worker`` x W tiles:
+
+- ``simulate()``: tasks per step (counted from the step graph), wall time, driver CPU and
+  scheduler CPU per step, by differential timing (a long run minus a short one, the same
+  snapshots in both);
+- a bare Dask graph of a step's shape (T drift, T(T+1)/2 pair, T kick no-op tasks with the
+  same dependencies as the symmetric-kernel step, raw task dicts, one submission), run on
+  the same cluster: Dask's own floor.
+
+Then the same at fixed W for growing T (``--tiles``). Each row is the median of ``--reps``
+short/long pairs (NaN where the difference is lost in the noise). Prints Markdown tables;
+``--json`` writes every row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import psutil
+from distributed import Client
+
+import nbody_dask
+from nbody_dask import graph
+
+
+@contextmanager
+def cluster(workers: int):
+    """A scheduler and ``workers`` one-thread worker processes, each its own process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        file = Path(tmp) / "scheduler.json"
+        env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+        scheduler = subprocess.Popen(
+            ["dask", "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+             "--scheduler-file", str(file)], env=env, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        worker = subprocess.Popen(
+            ["dask", "worker", "--scheduler-file", str(file), "--nworkers", str(workers),
+             "--nthreads", "1", "--no-dashboard", "--memory-limit", "0"], env=env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while not file.exists():
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the scheduler did not start")
+                time.sleep(0.1)
+            with Client(scheduler_file=str(file)) as client:
+                client.wait_for_workers(workers, timeout=300)
+                yield client, psutil.Process(scheduler.pid)
+        finally:
+            for proc in (worker, scheduler):
+                proc.terminate()
+            for proc in (worker, scheduler):
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+
+def tasks_per_step(tiles: int) -> int:
+    """Tasks in one step graph of ``simulate()`` (CPU backend) for ``tiles`` tiles."""
+    from dask.delayed import delayed
+
+    symmetric = bool(nbody_dask.config.get("symmetric"))  # as simulate() decides for "cpu"
+    plan = graph.StepPlan("count", 0.01, 0.05, 1.0, 8, "cpu", symmetric)
+    inputs = [delayed(object(), name=f"tile-{i}") for i in range(tiles)]
+    keys = set()
+    for task in graph.step_graph(inputs, plan, 1, with_potential=False):
+        keys |= set(dict(task.__dask_graph__()))
+    return len(keys) - tiles
+
+
+def _cpu(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
+
+
+def _median_difference(run, steps: tuple[int, int], reps: int) -> list[float]:
+    """Per-step (long - short) / (steps difference) of each measured quantity, median of
+    ``reps`` pairs; NaN where the difference drowns in the noise (not positive)."""
+    run(steps[0])  # compile, warm caches
+    pairs = [(run(steps[0]), run(steps[1])) for _ in range(reps)]
+    medians = []
+    for k in range(len(pairs[0][0])):
+        per = statistics.median((long[k] - short[k]) / (steps[1] - steps[0])
+                                for short, long in pairs)
+        medians.append(per if per > 0 else math.nan)
+    return medians
+
+
+def simulate_costs(client: Client, scheduler: psutil.Process, tiles: int, tile_size: int,
+                   steps: tuple[int, int], reps: int) -> dict:
+    """Per-step wall, driver CPU and scheduler CPU of simulate(), differential."""
+    bodies = nbody_dask.plummer(tiles * tile_size, seed=0)
+    me = psutil.Process()
+    kw = dict(dt=1 / 256, softening=0.05, tile_size=tile_size, dtype="float64",
+              backend="cpu", client=client, progress=False)
+
+    def run(k: int) -> tuple[float, float, float]:
+        wall, cpu, sched = time.perf_counter(), _cpu(me), _cpu(scheduler)
+        nbody_dask.simulate(bodies, steps=k, snapshot_every=k, **kw)
+        return time.perf_counter() - wall, _cpu(me) - cpu, _cpu(scheduler) - sched
+
+    wall, driver, sched = _median_difference(run, steps, reps)
+    return {"wall_s": wall, "driver_cpu_s": driver, "scheduler_cpu_s": sched}
+
+
+def _noop(*args):
+    return None
+
+
+def bare_costs(client: Client, tiles: int, steps: tuple[int, int], reps: int) -> float:
+    """Wall time per step of a raw Dask graph with a step's tasks and dependencies."""
+    def run(k: int) -> tuple[float]:
+        dsk, prev = {}, [None] * tiles
+        for s in range(k):
+            drift = [f"drift-{s}-{i}" for i in range(tiles)]
+            for i in range(tiles):
+                dsk[drift[i]] = (_noop, prev[i]) if prev[i] else (_noop,)
+            for i in range(tiles):  # one task per unordered pair, as the symmetric kernel
+                for j in range(i, tiles):
+                    dsk[f"pair-{s}-{i}-{j}"] = (_noop, drift[i], drift[j])
+            prev = [f"kick-{s}-{i}" for i in range(tiles)]
+            for i in range(tiles):
+                dsk[prev[i]] = (_noop, *[f"pair-{s}-{min(i, j)}-{max(i, j)}"
+                                         for j in range(tiles)])
+        start = time.perf_counter()
+        client.get(dsk, prev)
+        return (time.perf_counter() - start,)
+
+    return _median_difference(run, steps, reps)[0]
+
+
+def measure(workers: int, tiles: int, tile_size: int, steps: tuple[int, int], reps: int,
+            client: Client, scheduler: psutil.Process) -> dict:
+    row = {"workers": workers, "tiles": tiles, "tile_size": tile_size,
+           "tasks_per_step": tasks_per_step(tiles),
+           "bare_tasks_per_step": tiles * (tiles + 1) // 2 + 2 * tiles}
+    row.update(simulate_costs(client, scheduler, tiles, tile_size, steps, reps))
+    row["bare_wall_s"] = bare_costs(client, tiles, steps, reps)
+    row["simulate_over_bare"] = row["wall_s"] / row["bare_wall_s"]
+    row["driver_us_per_task"] = row["driver_cpu_s"] / row["tasks_per_step"] * 1e6
+    return row
+
+
+HEADER = ("| W | T | tasks/step | wall s/step | driver CPU s/step | driver µs/task | "
+          "scheduler CPU s/step | bare graph s/step | simulate / bare |\n"
+          "|---|---|---|---|---|---|---|---|---|")
+
+
+def line(r: dict) -> str:
+    return (f"| {r['workers']} | {r['tiles']} | {r['tasks_per_step']} | {r['wall_s']:.3f} | "
+            f"{r['driver_cpu_s']:.3f} | {r['driver_us_per_task']:.0f} | "
+            f"{r['scheduler_cpu_s']:.3f} | {r['bare_wall_s']:.3f} | "
+            f"{r['simulate_over_bare']:.2f} |")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", default="1,2,4,8,16,32")
+    parser.add_argument("--tiles-per-worker", type=int, default=2)
+    parser.add_argument("--tile-size", type=int, default=16)
+    parser.add_argument("--tiles", default="4,8,16,32",
+                        help="T values at fixed W (the last of --workers)")
+    parser.add_argument("--steps", default="4,12", help="short,long runs (differential)")
+    parser.add_argument("--reps", type=int, default=3,
+                        help="short/long pairs per row; the median is reported")
+    parser.add_argument("--json", dest="json_path", default=None)
+    args = parser.parse_args()
+    steps = tuple(int(s) for s in args.steps.split(","))
+    rows = []
+    print(f"Scaling W (T = {args.tiles_per_worker} W):\n\n{HEADER}", flush=True)
+    ws = [int(w) for w in args.workers.split(",")]
+    for w in ws:
+        with cluster(w) as (client, scheduler):
+            rows.append(measure(w, args.tiles_per_worker * w, args.tile_size, steps,
+                                args.reps, client, scheduler))
+            print(line(rows[-1]), flush=True)
+    print(f"\nGrowing T at W = {ws[-1]}:\n\n{HEADER}", flush=True)
+    with cluster(ws[-1]) as (client, scheduler):
+        for t in (int(t) for t in args.tiles.split(",")):
+            rows.append(measure(ws[-1], t, args.tile_size, steps, args.reps, client,
+                                scheduler))
+            print(line(rows[-1]), flush=True)
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps({"python": sys.version, "rows": rows},
+                                                   indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
