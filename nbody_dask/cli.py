@@ -66,11 +66,15 @@ def _config_type_problem(param: click.Parameter, value: Any) -> str | None:
     if getattr(param, "multiple", False):
         if not isinstance(value, list):
             return "a list"
-        problems = [_config_type_problem(_Single(param), item) for item in value]
+        problems = [_scalar_problem(param.type, item) for item in value]
         return next((f"a list of {p}" for p in problems if p), None)
     if isinstance(param, click.Option) and param.is_flag:
         return None if isinstance(value, bool) else "true or false"
-    kind = param.type
+    return _scalar_problem(param.type, value)
+
+
+def _scalar_problem(kind: click.ParamType, value: Any) -> str | None:
+    """What one value of click type ``kind`` must be, if ``value`` is not that."""
     if isinstance(kind, click.types.IntParamType):
         ok = isinstance(value, int) and not isinstance(value, bool)
         return None if ok else "an integer"
@@ -80,14 +84,6 @@ def _config_type_problem(param: click.Parameter, value: Any) -> str | None:
     if isinstance(value, (list, dict, bool)):
         return "a single value"
     return None
-
-
-class _Single:
-    """A view of a multiple-valued parameter as one of its values (for type checks)."""
-
-    def __init__(self, param: click.Parameter) -> None:
-        self.type = param.type
-        self.multiple = False
 
 
 def _cluster_options(command):

@@ -112,12 +112,16 @@ def holder(path: str | os.PathLike) -> LeaseInfo | None:
     return None
 
 
-def refuse_if_in_use(path: str | os.PathLike, timeout: float | None = None) -> None:
-    """Raise :class:`StoreInUseError` naming the owner if a live run holds the store."""
+def refuse_if_in_use(path: str | os.PathLike, timeout: float | None = None) -> LeaseInfo | None:
+    """Raise :class:`StoreInUseError` naming the owner if a live run holds the store.
+
+    Returns the store's newest lease (stale), or None if it has none.
+    """
     current = holder(path)
     if current is not None and not current.stale(float(config.get("lease.timeout", timeout))):
         raise StoreInUseError(f"store {str(path)!r} is in use by {current.describe()}; "
                               "wait for that run to end or stop it")
+    return current
 
 
 _HOLDS_CACHE: dict[tuple[str, str], float] = {}
@@ -173,8 +177,7 @@ class WriterLease:
 
     def acquire(self) -> None:
         """Take the lease, or raise :class:`StoreInUseError` naming the live owner."""
-        refuse_if_in_use(self.path, self.timeout)
-        current = holder(self.path)
+        current = refuse_if_in_use(self.path, self.timeout)
         generation = 0 if current is None else current.generation + 1
         now = time.time()
         me = psutil.Process()
