@@ -1,19 +1,19 @@
 """Simulated scale (issue 14): orchestration cost per step against W worker processes.
 
-    python benchmarks/scale.py [--workers 1,2,4,8,16,32] [--tiles-per-worker 2]
-                               [--tile-size 16] [--json out.json]
+    python benchmarks/scale.py [--workers 1,2,4,8,16,32] [--layouts pairs,rows]
+                               [--tiles-per-worker 2] [--tile-size 16] [--json out.json]
 
 A scheduler and W single-threaded worker processes are started as separate processes
 (``dask scheduler`` and ``dask worker``), the driver is this process, as on a real cluster.
 Tiles are tiny (``--tile-size`` bodies), so compute is negligible and what is measured is
-orchestration. For each W, with T = ``--tiles-per-worker`` x W tiles:
+orchestration. For each W and layout (``pairs``: T = ``--tiles-per-worker`` x W tiles;
+``rows``, the HPC layout: T = W):
 
-- ``simulate()``: tasks per step (counted from the step graph), wall time, driver CPU and
-  scheduler CPU per step, by differential timing (a long run minus a short one, the same
-  snapshots in both);
-- a bare Dask graph of a step's shape (T drift, T(T+1)/2 pair, T kick no-op tasks with the
-  same dependencies as the symmetric-kernel step, raw task dicts, one submission), run on
-  the same cluster: Dask's own floor.
+- ``simulate()``: tasks per step (from the plan), wall time, driver CPU and scheduler CPU
+  per step, by differential timing (a long run minus a short one, the same snapshots in
+  both);
+- a bare Dask graph: the same step graphs with every task replaced by a no-op (the same
+  tasks and dependencies), submitted at once and run on the same cluster: Dask's own floor.
 
 Then the same at fixed W for growing T (``--tiles``). Each row is the median of ``--reps``
 short/long pairs (NaN where the difference is lost in the noise). Prints Markdown tables;
@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -39,6 +40,7 @@ from distributed import Client
 
 import nbody_dask
 from nbody_dask import graph
+from nbody_dask.plan import Plan
 
 
 @contextmanager
@@ -74,17 +76,12 @@ def cluster(workers: int):
                     proc.kill()
 
 
-def tasks_per_step(tiles: int) -> int:
-    """Tasks in one step graph of ``simulate()`` (CPU backend) for ``tiles`` tiles."""
-    from dask.delayed import delayed
-
-    symmetric = bool(nbody_dask.config.get("symmetric"))  # as simulate() decides for "cpu"
-    plan = graph.StepPlan("count", 0.01, 0.05, 1.0, 8, "cpu", symmetric)
-    inputs = [delayed(object(), name=f"tile-{i}") for i in range(tiles)]
-    keys = set()
-    for task in graph.step_graph(inputs, plan, 1, with_potential=False):
-        keys |= set(dict(task.__dask_graph__()))
-    return len(keys) - tiles
+def step_plan(tiles: int, tile_size: int, layout: str) -> Plan:
+    """The plan simulate() makes for ``tiles`` tiles on the CPU backend."""
+    plan = Plan(n=tiles * tile_size, steps=1, dt=1 / 256, softening=0.05,
+                tile_size=tile_size, symmetric=bool(nbody_dask.config.get("symmetric")),
+                layout=layout)
+    return plan.settle(1, 1, "cpu")
 
 
 def _cpu(process: psutil.Process) -> float:
@@ -106,12 +103,12 @@ def _median_difference(run, steps: tuple[int, int], reps: int) -> list[float]:
 
 
 def simulate_costs(client: Client, scheduler: psutil.Process, tiles: int, tile_size: int,
-                   steps: tuple[int, int], reps: int) -> dict:
+                   layout: str, steps: tuple[int, int], reps: int) -> dict:
     """Per-step wall, driver CPU and scheduler CPU of simulate(), differential."""
     bodies = nbody_dask.plummer(tiles * tile_size, seed=0)
     me = psutil.Process()
     kw = dict(dt=1 / 256, softening=0.05, tile_size=tile_size, dtype="float64",
-              backend="cpu", client=client, progress=False)
+              backend="cpu", layout=layout, client=client, progress=False)
 
     def run(k: int) -> tuple[float, float, float]:
         wall, cpu, sched = time.perf_counter(), _cpu(me), _cpu(scheduler)
@@ -126,47 +123,39 @@ def _noop(*args):
     return None
 
 
-def bare_costs(client: Client, tiles: int, steps: tuple[int, int], reps: int) -> float:
-    """Wall time per step of a raw Dask graph with a step's tasks and dependencies."""
+def bare_costs(client: Client, plan: Plan, steps: tuple[int, int], reps: int) -> float:
+    """Wall time per step of the same step graphs with every task a no-op: Dask's floor."""
     def run(k: int) -> tuple[float]:
-        dsk, prev = {}, [None] * tiles
-        for s in range(k):
-            drift = [f"drift-{s}-{i}" for i in range(tiles)]
-            for i in range(tiles):
-                dsk[drift[i]] = (_noop, prev[i]) if prev[i] else (_noop,)
-            for i in range(tiles):  # one task per unordered pair, as the symmetric kernel
-                for j in range(i, tiles):
-                    dsk[f"pair-{s}-{i}-{j}"] = (_noop, drift[i], drift[j])
-            prev = [f"kick-{s}-{i}" for i in range(tiles)]
-            for i in range(tiles):
-                dsk[prev[i]] = (_noop, *[f"pair-{s}-{min(i, j)}-{max(i, j)}"
-                                         for j in range(tiles)])
+        token = uuid.uuid4().hex
+        dsk, keys = graph.steps_graph(plan, token, [None] * plan.n_tiles, 1, k, frozenset())
+        dsk = {name: (_noop, *args) for name, (_, *args) in dsk.items()}
         start = time.perf_counter()
-        client.get(dsk, prev)
+        client.get(dsk, keys)
         return (time.perf_counter() - start,)
 
     return _median_difference(run, steps, reps)[0]
 
 
-def measure(workers: int, tiles: int, tile_size: int, steps: tuple[int, int], reps: int,
-            client: Client, scheduler: psutil.Process) -> dict:
-    row = {"workers": workers, "tiles": tiles, "tile_size": tile_size,
-           "tasks_per_step": tasks_per_step(tiles),
-           "bare_tasks_per_step": tiles * (tiles + 1) // 2 + 2 * tiles}
-    row.update(simulate_costs(client, scheduler, tiles, tile_size, steps, reps))
-    row["bare_wall_s"] = bare_costs(client, tiles, steps, reps)
+def measure(workers: int, tiles: int, tile_size: int, layout: str, steps: tuple[int, int],
+            reps: int, client: Client, scheduler: psutil.Process) -> dict:
+    plan = step_plan(tiles, tile_size, layout)
+    row = {"workers": workers, "tiles": tiles, "tile_size": tile_size, "layout": layout,
+           "tasks_per_step": plan.tasks_per_step()}
+    row.update(simulate_costs(client, scheduler, tiles, tile_size, layout, steps, reps))
+    row["bare_wall_s"] = bare_costs(client, plan, steps, reps)
     row["simulate_over_bare"] = row["wall_s"] / row["bare_wall_s"]
     row["driver_us_per_task"] = row["driver_cpu_s"] / row["tasks_per_step"] * 1e6
     return row
 
 
-HEADER = ("| W | T | tasks/step | wall s/step | driver CPU s/step | driver µs/task | "
+HEADER = ("| layout | W | T | tasks/step | wall s/step | driver CPU s/step | driver µs/task | "
           "scheduler CPU s/step | bare graph s/step | simulate / bare |\n"
-          "|---|---|---|---|---|---|---|---|---|")
+          "|---|---|---|---|---|---|---|---|---|---|")
 
 
 def line(r: dict) -> str:
-    return (f"| {r['workers']} | {r['tiles']} | {r['tasks_per_step']} | {r['wall_s']:.3f} | "
+    return (f"| {r['layout']} | {r['workers']} | {r['tiles']} | {r['tasks_per_step']} | "
+            f"{r['wall_s']:.3f} | "
             f"{r['driver_cpu_s']:.3f} | {r['driver_us_per_task']:.0f} | "
             f"{r['scheduler_cpu_s']:.3f} | {r['bare_wall_s']:.3f} | "
             f"{r['simulate_over_bare']:.2f} |")
@@ -175,30 +164,37 @@ def line(r: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", default="1,2,4,8,16,32")
-    parser.add_argument("--tiles-per-worker", type=int, default=2)
+    parser.add_argument("--layouts", default="pairs,rows")
+    parser.add_argument("--tiles-per-worker", type=int, default=2,
+                        help="T / W of the pairs layout (rows: one tile per worker)")
     parser.add_argument("--tile-size", type=int, default=16)
     parser.add_argument("--tiles", default="4,8,16,32",
-                        help="T values at fixed W (the last of --workers)")
+                        help="T values at fixed W (the last of --workers), pairs layout")
     parser.add_argument("--steps", default="4,12", help="short,long runs (differential)")
     parser.add_argument("--reps", type=int, default=3,
                         help="short/long pairs per row; the median is reported")
     parser.add_argument("--json", dest="json_path", default=None)
     args = parser.parse_args()
     steps = tuple(int(s) for s in args.steps.split(","))
+    layouts = args.layouts.split(",")
     rows = []
-    print(f"Scaling W (T = {args.tiles_per_worker} W):\n\n{HEADER}", flush=True)
+    print(f"Scaling W (pairs: T = {args.tiles_per_worker} W; rows: T = W):\n\n{HEADER}",
+          flush=True)
     ws = [int(w) for w in args.workers.split(",")]
     for w in ws:
         with cluster(w) as (client, scheduler):
-            rows.append(measure(w, args.tiles_per_worker * w, args.tile_size, steps,
-                                args.reps, client, scheduler))
-            print(line(rows[-1]), flush=True)
-    print(f"\nGrowing T at W = {ws[-1]}:\n\n{HEADER}", flush=True)
-    with cluster(ws[-1]) as (client, scheduler):
-        for t in (int(t) for t in args.tiles.split(",")):
-            rows.append(measure(ws[-1], t, args.tile_size, steps, args.reps, client,
-                                scheduler))
-            print(line(rows[-1]), flush=True)
+            for layout in layouts:
+                tiles = w if layout == "rows" else args.tiles_per_worker * w
+                rows.append(measure(w, tiles, args.tile_size, layout, steps, args.reps,
+                                    client, scheduler))
+                print(line(rows[-1]), flush=True)
+    if args.tiles:
+        print(f"\nGrowing T at W = {ws[-1]}, pairs layout:\n\n{HEADER}", flush=True)
+        with cluster(ws[-1]) as (client, scheduler):
+            for t in (int(t) for t in args.tiles.split(",")):
+                rows.append(measure(ws[-1], t, args.tile_size, "pairs", steps, args.reps,
+                                    client, scheduler))
+                print(line(rows[-1]), flush=True)
     if args.json_path:
         Path(args.json_path).write_text(json.dumps({"python": sys.version, "rows": rows},
                                                    indent=2))

@@ -12,7 +12,6 @@ tile length.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -20,7 +19,9 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-__all__ = ["make_bodies", "as_bodies", "Tile", "tile_bounds", "split_tiles", "resolve_dtype",
+from .plan import tile_bounds
+
+__all__ = ["make_bodies", "as_bodies", "Tile", "split_tiles", "resolve_dtype",
            "check_fits_dtype"]
 
 AXES = ("x", "y", "z")
@@ -299,11 +300,6 @@ class Tile:
         return replace(self, **changes)
 
 
-def tile_bounds(n: int, tile_size: int) -> list[tuple[int, int]]:
-    """Half-open ``(start, stop)`` ranges covering ``0..n``; the last holds the remainder."""
-    return [(lo, min(lo + tile_size, n)) for lo in range(0, n, tile_size)]
-
-
 def split_tiles(bodies: xr.Dataset, tile_size: int, dtype: type[np.floating]) -> list[Tile]:
     """Cut a validated body set into tiles of the run's dtype."""
     pos = np.ascontiguousarray(bodies["position"].values.T, dtype=dtype)
@@ -313,58 +309,3 @@ def split_tiles(bodies: xr.Dataset, tile_size: int, dtype: type[np.floating]) ->
         Tile(lo, pos[:, lo:hi].copy(), vel[:, lo:hi].copy(), mass[lo:hi].copy())
         for lo, hi in tile_bounds(pos.shape[1], tile_size)
     ]
-
-
-def auto_tile_size(n: int, threads: int, backend: str = "cpu") -> int:
-    """Default tile size for ``n`` bodies on a cluster with ``threads`` worker threads.
-
-    On GPUs (``backend="cuda"``) tiles are large (>= 65,536 bodies, at most 4 per step's
-    row) so that each kernel launch runs long against its transfers.
-
-    On CPUs, up to 4,096 bodies the whole system is one tile: a step then costs ~10 ms of
-    kernel, about one Dask round trip, and runs as a fused task of many steps. Beyond that the
-    number of tiles ``T`` is the smallest that
-
-    * gives at least two tile pairs per thread (``T**2 >= 2 * threads``) and tiles of at most
-      16,384 bodies, up to 16 tiles: larger tiles cost the kernel nothing (it is flat in the
-      source count up to 128k) and fewer tasks cost Dask less (~1-2 ms each on a small
-      machine);
-    * lets the threads share a step's work evenly, since a step ends at a barrier (each kick
-      waits for its whole row of tile pairs): spread over the threads in whole tile pairs,
-      ``T**2 / (threads * ceil(T**2 / threads))`` must be at least 0.9. (12 tiles would keep
-      64 threads busy 75% of the time, 16 tiles all of it.) The symmetric kernel's tasks,
-      one per unordered pair plus half-sized self-tile tasks, split in half units the same
-      way;
-
-    and never tiles under 2,048 bodies. Override with ``tile_size`` or ``nbody.tile-size``.
-
-    Parameters
-    ----------
-    n : int
-        Number of bodies.
-    threads : int
-        Worker threads of the cluster.
-    backend : {"cpu", "cuda"}
-        Kernel backend.
-
-    Returns
-    -------
-    int
-        Bodies per tile (the last tile holds the remainder).
-    """
-    if backend == "cuda":
-        return max(1, min(n, max(65_536, math.ceil(n / 4))))
-    if n <= 4096:
-        return max(n, 1)
-    threads = max(1, int(threads))
-    most = max(1, n // 2_048)
-    tiles = min(max(math.ceil(math.sqrt(2 * threads)), min(math.ceil(n / 16_384), 16)), most)
-    while tiles < most and _balance(tiles, threads) < 0.9:
-        tiles += 1
-    return max(1, math.ceil(n / tiles))
-
-
-def _balance(tiles: int, threads: int) -> float:
-    """Busy share of ``threads`` given a step's ``tiles**2`` tile pairs in whole units."""
-    pairs = tiles * tiles
-    return pairs / (threads * math.ceil(pairs / threads))

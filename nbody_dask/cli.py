@@ -133,6 +133,10 @@ def main() -> None:
 @click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default=None,
               help="Tile-pair kernel: auto (CUDA on workers with a GPU), cpu or cuda "
                    "[default: nbody.backend, auto].")
+@click.option("--layout", type=click.Choice(["pairs", "rows"]), default=None,
+              help="Tasks of a step: pairs (a task per tile pair) or rows (a tile per worker, "
+                   "a task per tile on all its cores: the HPC layout) "
+                   "[default: nbody.layout, pairs].")
 @click.option("-G", "--G", "G", type=float, default=None,
               help="Gravitational constant [default: 1, Hénon units].")
 @click.option("--store", type=click.Path(), default="run.zarr", show_default=True,
@@ -143,16 +147,16 @@ def main() -> None:
 @_cluster_options
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, tile_size,
-        split_every, backend, G, store, overwrite, max_energy_error, cluster_kind, scheduler,
-        scheduler_file, progress) -> None:
+        split_every, backend, layout, G, store, overwrite, max_energy_error, cluster_kind,
+        scheduler, scheduler_file, progress) -> None:
     """Run a simulation and write its trajectory to a Zarr store."""
     with _errors_as_messages():
         bodies = _initial_conditions(ic, n, seed, eccentricity)
         _simulate_and_report(cluster_kind, scheduler, scheduler_file, store, bodies,
                              steps=steps, dt=dt, softening=softening,
                              snapshot_every=snapshot_every, dtype=dtype, tile_size=tile_size,
-                             split_every=split_every, backend=backend, G=G,
-                             overwrite=overwrite, progress=progress,
+                             split_every=split_every, backend=backend, layout=layout,
+                             G=G, overwrite=overwrite, progress=progress,
                              max_energy_error=max_energy_error)
 
 

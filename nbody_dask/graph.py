@@ -1,79 +1,49 @@
-"""One step's blocked interaction task graph: tile-pair kernel tasks and a fixed-order tree
-reduction of their partial forces, then the per-tile integrator updates.
+"""A run's task graphs, built from its :class:`~nbody_dask.plan.Plan` as plain dicts.
 
-For ``T`` tiles a step is ``T`` drift tasks, ``T**2`` tile-pair tasks (``T (T + 1) / 2`` with the
-symmetric kernel: one task per unordered pair gives the forces on both tiles, and one per
-tile its forces on itself, each pair of bodies once), ``T`` kick tasks and, when
-``T > split_every``, ``ceil(T / split_every)`` combine tasks per target tile and level of the
-reduction tree.
-Partials of target tile ``i`` are summed in source-index order within each combine task and the
-groups are fixed by index, so the floating-point result does not depend on the number of
-workers, the scheduling order or on retries: runs are bit-reproducible.
+A graph is a ``dict`` from key to task, a task being a tuple ``(function, *arguments)`` whose
+arguments may name other keys of the graph or be :class:`distributed.Future` objects of an
+earlier submission (Dask's low-level graph format; the client ships it without walking
+objects, so building and submitting a task costs microseconds). Keys are deterministic:
+``nbody-<stage>-<token>-<step>-<i>[-<j>]``, where ``token`` identifies the run.
 
-Keys are deterministic: ``nbody-<stage>-<token>-<step>-<i>[-<j>]``, where ``token`` identifies
-the run. The graph is built from :func:`dask.delayed` calls on the futures that hold the
-current state, so the state never leaves the workers.
+A step (``"pairs"`` layout) is ``T`` drift tasks, the plan's tile-pair tasks, the combine
+tasks of the plan's reduction tree and ``T`` kick tasks; with ``"rows"`` it is ``T`` drift and
+``T`` row tasks, each of which runs its row of tile pairs with the parallel kernel and sums
+them with the same groups. Partials of a target tile are always summed in source order within
+fixed groups, so the result does not depend on the number of workers, the scheduling order,
+retries, or the layout: runs are bit-reproducible.
+
+:func:`execute` runs a graph in place, in its insertion order: a one-tile system runs many
+steps as one task that way (:func:`fused_steps`), with exactly the operations of the tasks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-from dask import delayed
-from dask.delayed import Delayed
 
 from .backends import tile_kernels
 from .bodies import Tile
 from .diagnostics import tile_diagnostics
 from .integrators import check_finite, close_step, open_step
+from .plan import Plan
 from .storage import write_tile
 
-__all__ = ["StepPlan", "lazy", "eager", "pair_forces", "symmetric_pair_forces", "self_forces",
-           "sum_in_order", "sum_sides",
-           "force_graph",
-           "initial_graph", "step_graph", "fused_steps", "snapshot_graph"]
+__all__ = ["Graph", "key", "pair_forces", "symmetric_pair_forces", "self_forces", "row_forces",
+           "sum_in_order", "sum_sides", "initial_graph", "steps_graph", "snapshot_graph",
+           "fused_steps", "execute"]
+
+Graph = dict[str, tuple]
 
 
-@dataclass(frozen=True)
-class StepPlan:
-    """The fixed parameters of a run's task graphs.
+def key(token: str, stage: str, step: int, *index: int) -> str:
+    """The key of a task: ``nbody-<stage>-<token>-<step>-<i>[-<j>]``."""
+    return "-".join(["nbody", stage, token, str(step), *map(str, index)])
 
-    Attributes
-    ----------
-    token : str
-        Run identifier, part of every key.
-    dt : float
-        Step length.
-    softening : float
-        Plummer softening length eps.
-    G : float
-        Gravitational constant.
-    split_every : int
-        Fan-in of the reduction tree (>= 2).
-    backend : {"cpu", "cuda", "auto"}
-        Kernel of the tile-pair tasks (see :mod:`nbody_dask.backends`).
-    symmetric : bool
-        One task per unordered tile pair with the symmetric CPU kernel (Newton's third law);
-        only with ``backend == "cpu"``.
-    writer : str
-        The run's writer lease id (:mod:`nbody_dask.lease`), checked before snapshot writes;
-        empty for runs without a lease.
-    """
 
-    token: str
-    dt: float
-    softening: float
-    G: float = 1.0
-    split_every: int = 8
-    backend: str = "cpu"
-    symmetric: bool = False
-    writer: str = ""
-
-    def key(self, stage: str, step: int, *index: int) -> str:
-        return "-".join(["nbody", stage, self.token, str(step), *map(str, index)])
-
+# -- task functions (run on the workers) ------------------------------------------------------
 
 def _eps2(tile: Tile, softening: float):
     """Squared softening in the tile's dtype (no float64 enters a float32 kernel)."""
@@ -111,6 +81,25 @@ def self_forces(tile: Tile, softening: float, with_potential: bool) -> np.ndarra
     return cpu.self_tile_forces(tile.position, tile.mass, eps2, with_potential)
 
 
+def row_forces(target: int, tiles: Sequence[Tile], softening: float, with_potential: bool,
+               threads: int | None = None) -> list[np.ndarray]:
+    """Partial forces (G = 1) on ``tiles[target]`` due to each tile, with the parallel kernel.
+
+    Entry ``j`` is bit-identical to :func:`pair_forces` of ``(tiles[target], tiles[j])`` on the
+    CPU, for any number of ``threads`` (None: every core).
+    """
+    from .kernels import rows
+
+    own = tiles[target]
+    position = np.concatenate([t.position for t in tiles], axis=1)
+    mass = np.concatenate([t.mass for t in tiles])
+    starts = np.cumsum([0] + [t.size for t in tiles], dtype=np.int64)
+    rows.set_threads(threads)
+    out = rows.row_forces(*own.position, *position, mass, starts, _eps2(own, softening),
+                          with_potential, target)
+    return list(out)
+
+
 def sum_in_order(*parts: np.ndarray) -> np.ndarray:
     """Sum arrays left to right (a fixed order, hence a reproducible rounding)."""
     total = parts[0].copy()
@@ -119,144 +108,146 @@ def sum_in_order(*parts: np.ndarray) -> np.ndarray:
     return total
 
 
-def sum_sides(sides: tuple, *parts) -> np.ndarray:
+def sum_sides(sides: Sequence, *parts) -> np.ndarray:
     """:func:`sum_in_order` of partial forces, where ``parts[k]`` is an array when
     ``sides[k]`` is None and the ``(on_target, on_source)`` result of a symmetric pair task,
-    of which side ``sides[k]`` is wanted, otherwise. (The sides travel as a plain argument:
-    tuples holding task results would make dask re-walk the whole graph for every task.)"""
-    return sum_in_order(*(p if side is None else p[side] for p, side in zip(parts, sides,
-                                                                           strict=True)))
+    of which side ``sides[k]`` is wanted, otherwise."""
+    return sum_in_order(*(p if side is None else p[side]
+                          for p, side in zip(parts, sides, strict=True)))
 
 
-def lazy(func, *args, key: str):
-    """Build a task: a :func:`dask.delayed` call with a deterministic key."""
-    return delayed(func, pure=True)(*args, dask_key_name=key)
+def reduce_in_groups(parts: list, groups: list[list[tuple[int, int]]]) -> np.ndarray:
+    """Sum partial forces with a plan's reduction tree, as the combine tasks would."""
+    for level in groups:
+        parts = [sum_in_order(*parts[lo:hi]) for lo, hi in level]
+    return sum_in_order(*parts)
 
 
-def eager(func, *args, key: str):
-    """Run a task's function at once (inside a fused task; same operations, same order)."""
-    return func(*args)
-
-
-def _tree(parts: list, plan: StepPlan, call, stage: str, step: int, *index: int) -> list:
-    """Reduce ``parts``, a list of ``(partial, side)`` (see :func:`sum_sides`), by fixed groups
-    of ``split_every`` until at most that many remain."""
-    level = 0
-    while len(parts) > plan.split_every:
-        k = plan.split_every
-        parts = [
-            (_sum(parts[g:g + k], call, key=plan.key(f"{stage}{level}", step, *index, g // k)),
-             None)
-            for g in range(0, len(parts), k)
-        ]
-        level += 1
-    return parts
-
-
-def _sum(parts: list, call, key: str, func=sum_sides, *first):
-    """A task summing ``(partial, side)`` pairs, with ``first`` arguments before them."""
-    return call(func, *first, tuple(side for _, side in parts), *(p for p, _ in parts), key=key)
-
-
-def force_graph(tiles: Sequence, plan: StepPlan, step: int, with_potential: bool,
-                call=lazy) -> list:
-    """Per target tile, at most ``split_every`` ``(partial, side)`` pairs (see :func:`sum_sides`).
-
-    ``tiles`` hold :class:`Tile` positions at one time (futures or delayed objects when
-    ``call`` is :func:`lazy`, tiles when it is :func:`eager`). The caller's per-tile task adds
-    the remaining partials in order.
-    """
-    def pair(i: int, j: int):
-        return call(pair_forces, tiles[i], tiles[j], plan.softening, with_potential,
-                    plan.backend, key=plan.key("pair", step, i, j))
-
-    if plan.symmetric:
-        both = {(i, j): call(symmetric_pair_forces, tiles[i], tiles[j], plan.softening,
-                             with_potential, key=plan.key("sympair", step, i, j))
-                for i in range(len(tiles)) for j in range(i + 1, len(tiles))}
-        own = [call(self_forces, tile, plan.softening, with_potential,
-                    key=plan.key("selfpair", step, i)) for i, tile in enumerate(tiles)]
-        rows = [[(own[i], None) if i == j else (both[i, j], 0) if i < j else (both[j, i], 1)
-                 for j in range(len(tiles))] for i in range(len(tiles))]
-    else:
-        rows = [[(pair(i, j), None) for j in range(len(tiles))] for i in range(len(tiles))]
-    return [_tree(row, plan, call, "combine", step, i) for i, row in enumerate(rows)]
-
-
-def _close(step: int, tile: Tile, G: float, dt: float | None, sides: tuple, *parts) -> Tile:
+def close(step: int, tile: Tile, G: float, dt: float | None, sides: Sequence, *parts) -> Tile:
+    """Sum the last partials, attach the forces, kick, and check the state is finite."""
     return check_finite(close_step(tile, sum_sides(sides, *parts), G, dt), step)
 
 
-def initial_graph(tiles: Sequence, plan: StepPlan, with_potential: bool = True,
-                  call=lazy) -> list:
-    """Attach accelerations (and potentials) to the initial tiles: step 0, no kick."""
-    partials = force_graph(tiles, plan, 0, with_potential, call)
-    return [
-        _sum(parts, call, plan.key("forces", 0, i), _close, 0, tile, plan.G, None)
-        for i, (tile, parts) in enumerate(zip(tiles, partials, strict=True))
-    ]
+def close_row(step: int, target: int, G: float, dt: float | None, softening: float,
+              with_potential: bool, groups: list, threads: int | None, *tiles: Tile) -> Tile:
+    """The ``"rows"`` layout's task: a target tile's whole row of forces, summed and kicked."""
+    parts = row_forces(target, tiles, softening, with_potential, threads)
+    forces = reduce_in_groups(parts, groups)
+    return check_finite(close_step(tiles[target], forces, G, dt), step)
 
 
-def step_graph(tiles: Sequence, plan: StepPlan, step: int, with_potential: bool,
-               call=lazy) -> list:
-    """One leapfrog step from the tiles at step ``step - 1`` to the tiles at ``step``.
-
-    Parameters
-    ----------
-    tiles : sequence of Future, Delayed or Tile
-        Tiles with accelerations at step ``step - 1``.
-    plan : StepPlan
-    step : int
-        Number of the step being built (its result is the state after ``step`` steps).
-    with_potential : bool
-        Also compute potentials (on snapshot steps).
-    call : callable
-        :func:`lazy` to build tasks, :func:`eager` to run them in place.
-    """
-    drifted = [
-        call(open_step, tile, plan.dt, key=plan.key("drift", step, i))
-        for i, tile in enumerate(tiles)
-    ]
-    partials = force_graph(drifted, plan, step, with_potential, call)
-    return [
-        _sum(parts, call, plan.key("kick", step, i), _close, step, tile, plan.G, plan.dt)
-        for i, (tile, parts) in enumerate(zip(drifted, partials, strict=True))
-    ]
-
-
-def fused_steps(tile: Tile, plan: StepPlan, first: int, last: int,
-                potential_steps: frozenset) -> Tile:
-    """Steps ``first..last`` of a one-tile system in one task.
-
-    Dask's per-task round trip (~10-20 ms on a busy 2-core machine) would dominate a step of
-    a few thousand bodies; running the identical operations of :func:`step_graph` eagerly in
-    one task removes it and gives bit-identical results.
-    """
-    tiles = [tile]
-    for step in range(first, last + 1):
-        tiles = step_graph(tiles, plan, step, step in potential_steps, call=eager)
-    return tiles[0]
-
-
-def snapshot_graph(tiles: Sequence, plan: StepPlan, step: int, path: str | None,
-                   index: int) -> Delayed:
-    """Write snapshot ``index`` from the workers and reduce its diagnostics in fixed order.
-
-    Each tile's task writes its own region of the store (whole chunks; skipped when ``path``
-    is None) and returns the tile's float64 diagnostics; these are summed over tiles in index
-    order. The result is ready only once every region is on disk.
-    """
-    parts = [
-        lazy(_write_and_measure, path, index, tile, plan.G, plan.token, plan.writer,
-             key=plan.key("snapshot", step, i))
-        for i, tile in enumerate(tiles)
-    ]
-    parts = _tree([(p, None) for p in parts], plan, lazy, "diagcombine", step)
-    return _sum(parts, lazy, plan.key("diagnostics", step))
-
-
-def _write_and_measure(path: str | None, index: int, tile: Tile, G: float,
-                       run: str, writer: str) -> np.ndarray:
+def write_and_measure(path: str | None, index: int, tile: Tile, G: float, run: str,
+                      writer: str) -> np.ndarray:
+    """Write a tile's region of snapshot ``index`` (unless ``path`` is None); its diagnostics."""
     if path is not None:
         write_tile(path, index, tile, run, writer)
     return tile_diagnostics(tile, G)
+
+
+# -- graph construction (in the driver) ------------------------------------------------------
+
+def _forces(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence,
+            with_potential: bool, dt: float | None, threads: int | None) -> list[str]:
+    """Add the force tasks of one evaluation on ``tiles`` (keys or futures at one time) and
+    the closing tasks; return the keys of the closed tiles."""
+    t = len(tiles)
+    if plan.layout == "rows":
+        groups = plan.groups()
+        out = [key(token, "row", step, i) for i in range(t)]
+        for i in range(t):
+            dsk[out[i]] = (close_row, step, i, plan.G, dt, plan.softening, with_potential,
+                           groups, threads, *tiles)
+        return out
+    for i, j in plan.pair_tasks():
+        if not plan.symmetric:
+            dsk[key(token, "pair", step, i, j)] = (pair_forces, tiles[i], tiles[j],
+                                                   plan.softening, with_potential,
+                                                   plan.backend)
+        elif i == j:
+            dsk[key(token, "pair", step, i, j)] = (self_forces, tiles[i], plan.softening,
+                                                   with_potential)
+        else:
+            dsk[key(token, "pair", step, i, j)] = (symmetric_pair_forces, tiles[i], tiles[j],
+                                                   plan.softening, with_potential)
+    out = []
+    for i in range(t):
+        parts = [(key(token, "pair", step, *pair), side) for pair, side in plan.parts(i)]
+        for level, ranges in enumerate(plan.groups()):
+            combined = []
+            for g, (lo, hi) in enumerate(ranges):
+                name = key(token, f"combine{level}", step, i, g)
+                dsk[name] = (sum_sides, [s for _, s in parts[lo:hi]],
+                             *[p for p, _ in parts[lo:hi]])
+                combined.append((name, None))
+            parts = combined
+        out.append(key(token, "kick", step, i))
+        dsk[out[-1]] = (close, step, tiles[i], plan.G, dt, [s for _, s in parts],
+                        *[p for p, _ in parts])
+    return out
+
+
+def initial_graph(plan: Plan, token: str, tiles: Sequence, with_potential: bool = True,
+                  threads: int | None = None) -> tuple[Graph, list[str]]:
+    """Attach forces (and potentials) to the initial ``tiles``: step 0, no kick."""
+    dsk: Graph = {}
+    return dsk, _forces(dsk, plan, token, 0, tiles, with_potential, None, threads)
+
+
+def steps_graph(plan: Plan, token: str, tiles: Sequence, first: int, last: int,
+                potential_steps: frozenset, threads: int | None = None
+                ) -> tuple[Graph, list[str]]:
+    """Leapfrog steps ``first..last`` from ``tiles`` (the state after step ``first - 1``).
+
+    Returns the graph and the keys of the tiles after step ``last``; potentials are computed
+    on ``potential_steps`` (snapshot steps).
+    """
+    dsk: Graph = {}
+    for step in range(first, last + 1):
+        drifted = [key(token, "drift", step, i) for i in range(len(tiles))]
+        for name, tile in zip(drifted, tiles, strict=True):
+            dsk[name] = (open_step, tile, plan.dt)
+        tiles = _forces(dsk, plan, token, step, drifted, step in potential_steps, plan.dt,
+                        threads)
+    return dsk, list(tiles)
+
+
+def fused_steps(tile: Tile, plan: Plan, token: str, first: int, last: int,
+                potential_steps: frozenset) -> Tile:
+    """Steps ``first..last`` of a one-tile system in one task, exactly as the task graph."""
+    dsk, (out,) = steps_graph(plan, token, ["input"], first, last, potential_steps)
+    return execute(dsk, out, {"input": tile})
+
+
+def snapshot_graph(plan: Plan, token: str, tiles: Sequence, step: int, path: str | None,
+                   index: int, writer: str = "") -> tuple[Graph, str]:
+    """Write snapshot ``index`` from the workers and reduce its diagnostics in fixed order.
+
+    Each tile's task writes its own region of the store (whole chunks; skipped when ``path``
+    is None) and returns the tile's float64 diagnostics; these are summed over tiles with the
+    plan's reduction tree. The result is ready only once every region is on disk. ``writer``
+    is the run's lease id (:mod:`nbody_dask.lease`), checked before each write.
+    """
+    dsk: Graph = {}
+    parts = [key(token, "snapshot", step, i) for i in range(len(tiles))]
+    for name, tile in zip(parts, tiles, strict=True):
+        dsk[name] = (write_and_measure, path, index, tile, plan.G, token, writer)
+    for level, ranges in enumerate(plan.groups()):
+        combined = [key(token, f"diagcombine{level}", step, g) for g in range(len(ranges))]
+        for name, (lo, hi) in zip(combined, ranges, strict=True):
+            dsk[name] = (sum_in_order, *parts[lo:hi])
+        parts = combined
+    total = key(token, "diagnostics", step)
+    dsk[total] = (sum_in_order, *parts)
+    return dsk, total
+
+
+def execute(dsk: Graph, out: str, inputs: dict[str, Any]) -> Any:
+    """Run a graph in this thread, in insertion order (dependencies come first)."""
+    values = dict(inputs)
+
+    def resolve(arg: Any) -> Any:
+        return values[arg] if isinstance(arg, str) and arg in values else arg
+
+    for name, (func, *args) in dsk.items():
+        values[name] = func(*map(resolve, args))
+    return values[out]

@@ -1,15 +1,14 @@
-"""simulate(): the step loop, snapshots and progress; and the one-shot force evaluations.
+"""simulate(): validation, the driver of a run (:class:`_Driver`), snapshots, progress;
+and the one-shot force evaluations.
 
-The driver holds only futures. Each submission is the task graph of several steps (up to the
-next snapshot, and at most ``nbody.tasks-per-submit`` tasks) built on the futures of the last
-one, so the scheduler always has work queued; the driver waits only for a submission
-``nbody.lookahead`` behind the newest, to commit snapshots and report progress.
+What a run computes is its :class:`~nbody_dask.plan.Plan`; the task graphs come from
+:mod:`nbody_dask.graph`; the driver submits them and commits snapshots.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
-import math
 import shutil
 import sys
 import tempfile
@@ -22,7 +21,6 @@ from asyncio import CancelledError
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,45 +35,40 @@ from distributed.scheduler import KilledWorker
 from . import __version__, config
 from ._validate import check_int, check_real
 from .backends import check_backend, cluster_backend
-from .bodies import as_bodies, auto_tile_size, check_fits_dtype, resolve_dtype, split_tiles
+from .bodies import as_bodies, check_fits_dtype, resolve_dtype, split_tiles
 from .clusters import client_context, dashboard_link, total_threads
 from .diagnostics import as_record
-from .graph import StepPlan, fused_steps, initial_graph, lazy, snapshot_graph, step_graph
+from .graph import fused_steps, initial_graph, key, snapshot_graph, steps_graph
 from .integrators import INTEGRATOR
 from .lease import StoreInUseError, WriterLease, refuse_if_in_use
+from .plan import LAYOUTS, Plan, submission_ends
 from .storage import (SnapshotCommitter, check_store_path, committed_snapshots, create_store,
                       open_trajectory, store_path)
 
-__all__ = ["simulate", "accelerations", "potential_energy", "RunConfig", "SimulationInterrupted",
+__all__ = ["simulate", "accelerations", "potential_energy", "SimulationInterrupted",
            "EnergyErrorExceeded",
            "load_snapshot"]
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """The validated parameters of a run, as stored in the trajectory's attributes."""
-
-    steps: int
-    dt: float
-    softening: float
-    G: float
-    snapshot_every: int | None
-    dtype: str
-    tile_size: int | None
-    split_every: int
-
-    def snapshot_steps(self) -> list[int]:
-        """Steps at which a snapshot is written: 0, every ``snapshot_every``, and the last."""
-        every = self.snapshot_every or max(self.steps, 1)
-        return sorted(set(range(0, self.steps + 1, every)) | {self.steps})
 
 
 def _optional_int(name: str, value: Any, minimum: int) -> int | None:
     return None if value is None else check_int(name, value, minimum)
 
 
-def _run_config(steps, dt, softening, G, snapshot_every, dtype, tile_size, split_every):
-    return RunConfig(
+def _check_layout(layout: Any) -> str:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    return str(layout)
+
+
+def _plan(n, steps, dt, softening, G, snapshot_every, dtype, tile_size, split_every, backend,
+          layout) -> Plan:
+    """Validate a run's parameters (config defaults filled in) into its :class:`Plan`."""
+    layout = _check_layout(config.get("layout", layout))
+    if layout == "rows" and backend == "cuda":
+        raise ValueError("layout='rows' runs the parallel CPU kernel: it needs backend='cpu' "
+                         "or 'auto', got backend='cuda'")
+    return Plan(
+        n=n,
         steps=check_int("steps", steps, 0),
         dt=check_real("dt", dt, positive=True),
         softening=check_real("softening", softening, nonnegative=True),
@@ -84,6 +77,9 @@ def _run_config(steps, dt, softening, G, snapshot_every, dtype, tile_size, split
         dtype=np.dtype(resolve_dtype(config.get("dtype", dtype))).name,
         tile_size=_optional_int("tile_size", config.get("tile-size", tile_size), 1),
         split_every=check_int("split_every", config.get("split-every", split_every), 2),
+        backend=backend,
+        symmetric=bool(config.get("symmetric")),
+        layout=layout,
     )
 
 
@@ -100,6 +96,7 @@ def simulate(
     tile_size: int | None = None,
     split_every: int | None = None,
     backend: str | None = None,
+    layout: str | None = None,
     client: Client | None = None,
     overwrite: bool = False,
     resume: bool = False,
@@ -141,6 +138,12 @@ def simulate(
     backend : {"auto", "cpu", "cuda"}, optional
         Kernel of the tile-pair tasks; ``nbody.backend`` ("auto": the CUDA kernel on workers
         with a GPU, the CPU kernel elsewhere) by default. See :mod:`nbody_dask.backends`.
+    layout : {"pairs", "rows"}, optional
+        How a step is cut into tasks; ``nbody.layout`` ("pairs") by default. ``"pairs"``: a
+        task per tile pair, for workers with many threads. ``"rows"``: one tile per worker and
+        a task per tile that runs its row of tile pairs on all the worker's cores with the
+        parallel CPU kernel (``nbody.kernel-threads``), about ``2 T`` tasks a step: the HPC
+        layout, for one single-threaded worker process per node. See :mod:`nbody_dask.plan`.
     client : distributed.Client, optional
         Cluster to run on. None starts a :func:`nbody_dask.clusters.local` cluster bound
         to 127.0.0.1 and closes it afterwards.
@@ -213,25 +216,24 @@ def simulate(
     given = dict(steps=steps, dt=dt, softening=softening, G=G, snapshot_every=snapshot_every,
                  dtype=dtype, tile_size=tile_size, split_every=split_every)
     if resume:
-        start = _resume_point(bodies, store, overwrite, given)
+        plan, path, done = _resume_point(bodies, store, overwrite, given, backend, layout)
+        ds = t0 = None
     else:
-        start = _fresh_start(bodies, store, overwrite, given)
-    cfg = start.cfg
-    with _output_path(start.path) as (path, temporary), \
+        plan, path, ds, t0 = _fresh_start(bodies, store, overwrite, given, backend, layout)
+        done = False
+    with _output_path(path) as (path, temporary), \
             _writer_lease(None if temporary else path) as lease:
-        if start.index == len(cfg.snapshot_steps()) - 1 and resume:
-            return open_trajectory(path)  # nothing left to do
+        if done:
+            return open_trajectory(path)  # a resume with nothing left to do
         with client_context(client) as c:
             if client is None and show_progress:
                 print(f"Dask dashboard: {dashboard_link(c)}", file=sys.stderr)
-            backend = cluster_backend(c, backend)
-            tile = _tile_size(cfg, start.n, c, backend)
+            plan = _settle(plan, c)
             if not resume:
-                create_store(path, start.bodies, snapshot_steps=cfg.snapshot_steps(),
-                             t0=start.t0, dt=cfg.dt, dtype=resolve_dtype(cfg.dtype),
-                             tile_size=tile,
-                             attrs=_store_attrs(cfg, tile, backend, start.bodies))
-            with _progress(show_progress, cfg.steps) as report, _stop_on_signals() as stop:
+                create_store(path, ds, snapshot_steps=plan.snapshot_steps(), t0=t0,
+                             dt=plan.dt, dtype=resolve_dtype(plan.dtype),
+                             tile_size=plan.tile_size, attrs=_store_attrs(plan, ds))
+            with _progress(show_progress, plan.steps) as report, _stop_on_signals() as stop:
                 energy = _EnergyBound(max_energy_error, path if resume else None)
 
                 def on_complete(step: int, record: dict | None) -> None:
@@ -240,7 +242,7 @@ def simulate(
                     if callback is not None:
                         callback(step, record)
 
-                _run_with_restarts(c, start, tile, backend, path, on_complete, stop, lease)
+                _Driver(c, plan, path, lease, on_complete, stop).run_with_restarts(ds)
         traj = open_trajectory(path)
         return traj.load(scheduler="synchronous") if temporary else traj
 
@@ -294,37 +296,24 @@ class _EnergyBound:
                 f"{self.bound!r}; the run stopped, its snapshots up to this one are committed")
 
 
-@dataclass
-class _Start:
-    """Where a run starts: validated configuration, store, first snapshot index, bodies."""
-
-    cfg: RunConfig
-    path: Path | None
-    index: int
-    bodies: xr.Dataset
-    t0: float
-
-    @property
-    def n(self) -> int:
-        return self.bodies.sizes["body"]
-
-
-def _fresh_start(bodies, store, overwrite, given) -> _Start:
+def _fresh_start(bodies, store, overwrite, given, backend, layout):
+    """Validate a new run: its plan, store path, body set and start time."""
     missing = [k for k, v in (("bodies", bodies), ("steps", given["steps"]),
                               ("dt", given["dt"])) if v is None]
     if missing:
         raise TypeError(f"simulate() needs {', '.join(missing)} (or resume=True with a store)")
     given = {**given, "softening": 0.0 if given["softening"] is None else given["softening"],
              "G": 1.0 if given["G"] is None else given["G"]}
-    cfg = _run_config(**given)
     ds = as_bodies(bodies)
-    check_fits_dtype(ds, cfg.dtype, dt=cfg.dt, softening=cfg.softening, G=cfg.G,
-                     dt_half=0.5 * cfg.dt, softening_squared=cfg.softening * cfg.softening)
+    plan = _plan(ds.sizes["body"], **given, backend=backend, layout=layout)
+    check_fits_dtype(ds, plan.dtype, dt=plan.dt, softening=plan.softening, G=plan.G,
+                     dt_half=0.5 * plan.dt, softening_squared=plan.softening**2)
     path = None if store is None else check_store_path(store, overwrite)
-    return _Start(cfg, path, 0, ds, _start_time(bodies))
+    return plan, path, ds, _start_time(bodies)
 
 
-def _resume_point(bodies, store, overwrite, given) -> _Start:
+def _resume_point(bodies, store, overwrite, given, backend, layout):
+    """Validate a resume: the stored plan, the store path, and whether it is complete."""
     if store is None:
         raise ValueError("resume=True needs store=, the store of the run to continue")
     if bodies is not None:
@@ -336,23 +325,34 @@ def _resume_point(bodies, store, overwrite, given) -> _Start:
         raise FileNotFoundError(f"no trajectory store at {str(path)!r} to resume")
     refuse_if_in_use(path)
     ds = open_trajectory(path)  # validates the store
-    committed = ds.sizes["time"]
-    stored = json.loads(ds.attrs["config"])
+    plan = _stored_plan(ds, backend)
+    if layout is not None:
+        given = {**given, "layout": _check_layout(layout)}
     for name, value in given.items():
         if value is None:
             continue
         if name == "dtype":
             value = np.dtype(resolve_dtype(value)).name
-        expected = stored[name] if name != "tile_size" else ds.attrs["tile_size"]
+        expected = getattr(plan, name)
         if value != expected:
             raise ValueError(f"resume: {name}={value!r} differs from the store's "
                              f"{name}={expected!r}")
-    if committed == 0:
+    if ds.sizes["time"] == 0:
         raise ValueError(f"store {str(path)!r} has no committed snapshot to resume from; "
                          "start a new run with overwrite=True")
-    cfg = RunConfig(**{**stored, "tile_size": ds.attrs["tile_size"]})
-    index = committed - 1
-    return _Start(cfg, path, index, load_snapshot(path, index), float(ds.time[index]))
+    return plan, path, ds.sizes["time"] == len(plan.snapshot_steps())
+
+
+def _stored_plan(ds: xr.Dataset, backend: str) -> Plan:
+    """The plan of a stored run, with the kernel backend asked for now.
+
+    The arithmetic (tiles, reduction, symmetric kernel, layout) is the stored one, so a
+    resume repeats it exactly; stores written before the plan was stored ran the
+    ``"pairs"`` layout and keep their tile size and kernel in separate attributes.
+    """
+    stored = {**json.loads(ds.attrs["config"]), "tile_size": int(ds.attrs["tile_size"]),
+              "symmetric": bool(ds.attrs.get("symmetric", 0)), "backend": backend}
+    return Plan.from_stored(stored, ds.sizes["body"])
 
 
 def load_snapshot(path: Path, index: int) -> xr.Dataset:
@@ -364,61 +364,116 @@ def load_snapshot(path: Path, index: int) -> xr.Dataset:
 _RECOVERABLE = (FutureCancelledError, KilledWorker, CommClosedError, CancelledError)
 
 
-def _run_with_restarts(c: Client, start: _Start, tile: int, backend: str, path: Path,
-                       on_complete, stop: threading.Event,
-                       lease: WriterLease | None) -> None:
-    """Run to the end; after a lost worker, restart from the last committed snapshot."""
-    max_restarts = int(config.get("max-restarts"))
-    restarts = 0
-    while True:
+class _Driver:
+    """Runs a plan on a cluster: submits graphs ahead, completes them in order, commits.
+
+    The driver holds only futures. Each submission is the graph of several steps (up to the
+    next snapshot, at most ``nbody.tasks-per-submit`` tasks) built on the futures of the one
+    before, so the scheduler always has work queued; the driver waits only for the submission
+    ``nbody.lookahead`` behind the newest, to commit its snapshot and report progress.
+    """
+
+    def __init__(self, client: Client, plan: Plan, path: Path, lease: WriterLease | None,
+                 on_complete: Callable[[int, dict | None], None],
+                 stop: threading.Event) -> None:
+        self.client, self.plan, self.path, self.lease = client, plan, path, lease
+        self.on_complete, self.stop = on_complete, stop
+        self.snapshot_steps = plan.snapshot_steps()
+        self.snapshots = {step: k for k, step in enumerate(self.snapshot_steps)}
+        self.threads = config.get("kernel-threads")
+        self.lookahead = max(1, int(config.get("lookahead")))
+        self.pending: deque[tuple[int, int | None, Any]] = deque()
+        self.committer: SnapshotCommitter | None = None
+        self.token = ""
+
+    def run_with_restarts(self, bodies: xr.Dataset | None) -> None:
+        """Run to the end; after lost workers, restart from the last committed snapshot."""
+        max_restarts = int(config.get("max-restarts"))
+        for restart in itertools.count(1):
+            try:
+                return self.run(bodies)
+            except _RECOVERABLE as exc:
+                if restart > max_restarts:
+                    raise
+                snapshot = max(committed_snapshots(self.path) - 1, 0)
+                warnings.warn(f"run failed ({type(exc).__name__}: {exc}); restarting from "
+                              f"snapshot {snapshot} (restart {restart} of {max_restarts})",
+                              RuntimeWarning, stacklevel=3)
+
+    def run(self, bodies: xr.Dataset | None) -> None:
+        """The step loop from the last committed snapshot (none: from ``bodies``)."""
+        self.pending.clear()
+        self.committer = SnapshotCommitter(self.path, guard=self.lease and self.lease.check)
         try:
-            _run(c, start, tile, backend, path, on_complete, stop, lease)
-            return
-        except _RECOVERABLE as exc:
-            restarts += 1
-            if restarts > max_restarts:
+            state, step = self.start(bodies)
+            max_steps = self.plan.steps_per_submission(config.get("tasks-per-submit"))
+            for end in submission_ends(self.snapshot_steps, max_steps):
+                if end <= step:
+                    continue
+                if self.stop.is_set():
+                    break
+                state, step = self.submit_steps(state, step, end), end
+                while len(self.pending) > self.lookahead:
+                    self.complete()
+            while self.pending:
+                self.complete()
+            self.committer.flush()
+        except OSError as exc:
+            self.committer.flush(quietly=True)
+            if isinstance(exc, _RECOVERABLE):  # CommClosedError is an OSError too
                 raise
-            committed = committed_snapshots(path)
-            warnings.warn(f"run failed ({type(exc).__name__}: {exc}); restarting from "
-                          f"snapshot {max(committed - 1, 0)} "
-                          f"(restart {restarts} of {max_restarts})", RuntimeWarning,
-                          stacklevel=2)
-            if committed:
-                start = _Start(start.cfg, path, committed - 1,
-                               load_snapshot(path, committed - 1), start.t0)
-            else:
-                start = _Start(start.cfg, path, 0, start.bodies, start.t0)
+            raise OSError(exc.errno, f"writing to the store {str(self.path)!r} failed ({exc}); "
+                          f"{self.committer.committed} snapshot(s) are committed and intact: "
+                          "fix the cause, then resume") from exc
+        except BaseException:
+            self.committer.flush(quietly=True)
+            raise
+        if self.stop.is_set():
+            raise SimulationInterrupted(self.path, self.committer.committed, self.stop.signum)
 
+    def start(self, bodies: xr.Dataset | None) -> tuple[list[Future], int]:
+        """Scatter the tiles of the last committed snapshot (none: ``bodies``, whose snapshot
+        is then submitted) and compute their forces; return them and their step."""
+        plan, c, index = self.plan, self.client, max(self.committer.committed - 1, 0)
+        if self.committer.committed:
+            bodies = load_snapshot(self.path, index)
+        self.token = _run_token(bodies, plan, str(self.path.resolve()), index)
+        tiles = c.scatter(split_tiles(bodies, plan.tile_size, resolve_dtype(plan.dtype)),
+                          hash=False)
+        dsk, keys = initial_graph(plan, self.token, tiles, threads=self.threads)
+        state, step = c.get(dsk, keys, sync=False), self.snapshot_steps[index]
+        if self.committer.committed:
+            self.on_complete(step, None)
+        else:
+            self.submit_snapshot(state, step)
+        return state, step
 
-def _run(c: Client, start: _Start, tile: int, backend: str, path: Path, on_complete,
-         stop: threading.Event, lease: WriterLease | None) -> None:
-    """The step loop from snapshot ``start.index``: submit graphs ahead, commit in order."""
-    cfg = start.cfg
-    snapshot_steps = cfg.snapshot_steps()
-    snapshot_index = {step: k for k, step in enumerate(snapshot_steps)}
-    potential_steps = frozenset(snapshot_steps)
-    first_step = snapshot_steps[start.index]
-    n_tiles = math.ceil(start.n / tile)
-    fused = n_tiles == 1
-    if fused:  # one task per submission: bound its length to ~1e9 interactions
-        max_steps = max(1, int(1e9 // max(start.n**2, 1)))
-    else:
-        max_steps = max(1, config.get("tasks-per-submit") // (n_tiles**2 + 3 * n_tiles))
-    lookahead = max(1, int(config.get("lookahead")))
-    pending: deque[tuple[int, int | None, Any]] = deque()
-    committer = SnapshotCommitter(path, guard=None if lease is None else lease.check)
-    plan = StepPlan(_run_token(start.bodies, cfg, tile, str(path.resolve()), start.index),
-                    cfg.dt, cfg.softening, cfg.G, cfg.split_every, backend, _symmetric(backend),
-                    writer="" if lease is None else lease.run_id)
+    def submit_steps(self, state: list[Future], step: int, end: int) -> list[Future]:
+        """Submit steps ``step + 1 .. end`` on ``state``; return the futures of the result."""
+        plan, potential = self.plan, frozenset(self.snapshot_steps)
+        if plan.fused:
+            dsk = {key(self.token, "fused", end, 0): (fused_steps, state[0], plan, self.token,
+                                                      step + 1, end, potential)}
+            keys = list(dsk)
+        else:
+            dsk, keys = steps_graph(plan, self.token, state, step + 1, end, potential,
+                                    self.threads)
+        state = self.client.get(dsk, keys, sync=False)
+        if end in self.snapshots:
+            self.submit_snapshot(state, end)
+        else:
+            self.pending.append((end, None, state))
+        return state
 
-    def submit_snapshot(state: list[Future], step: int) -> None:
-        index = snapshot_index[step]
-        diag = c.compute(snapshot_graph(state, plan, step, str(path), index),
-                         optimize_graph=False)
-        pending.append((step, index, diag))
+    def submit_snapshot(self, state: list[Future], step: int) -> None:
+        index = self.snapshots[step]
+        dsk, total = snapshot_graph(self.plan, self.token, state, step, str(self.path), index,
+                                    "" if self.lease is None else self.lease.run_id)
+        self.pending.append((step, index, self.client.get(dsk, total, sync=False)))
 
-    def complete(item: tuple[int, int | None, Any]) -> None:
-        step, index, futures = item
+    def complete(self) -> None:
+        """Wait for the oldest submission; commit its snapshot, report it."""
+        step, index, futures = self.pending.popleft()
         if index is None:
             wait(futures)
             for f in futures:
@@ -427,54 +482,8 @@ def _run(c: Client, start: _Start, tile: int, backend: str, path: Path, on_compl
             record = None
         else:
             record = as_record(futures.result())
-            committer.add(index, record)
-        on_complete(step, record)
-
-    tiles = c.scatter(split_tiles(start.bodies, tile, resolve_dtype(cfg.dtype)), hash=False)
-    state = c.compute(initial_graph(tiles, plan), optimize_graph=False)
-    del tiles  # the scattered copies are not needed once the forces are computed
-    try:
-        if committer.committed == start.index:  # a new run: snapshot 0 is not written yet
-            submit_snapshot(state, first_step)
-        else:
-            on_complete(first_step, None)
-        step = first_step
-        for end in _submission_ends(cfg.steps, snapshot_steps, max_steps):
-            if end <= first_step:
-                continue
-            if stop.is_set():
-                break
-            if fused:
-                graph = [lazy(fused_steps, state[0], plan, step + 1, end, potential_steps,
-                              key=plan.key("fused", end))]
-            else:
-                graph = state
-                for s in range(step + 1, end + 1):
-                    graph = step_graph(graph, plan, s, with_potential=s in potential_steps)
-            state = c.compute(graph, optimize_graph=False)
-            step = end
-            if end in snapshot_index:
-                submit_snapshot(state, end)
-            else:
-                pending.append((end, None, state))
-            while len(pending) > lookahead:
-                complete(pending.popleft())
-        while pending:
-            complete(pending.popleft())
-        committer.flush()
-    except _RECOVERABLE:  # (CommClosedError is an OSError too: keep this first)
-        committer.flush(quietly=True)
-        raise
-    except OSError as exc:  # disk full, store removed or made read-only mid-run
-        committer.flush(quietly=True)
-        raise OSError(exc.errno, f"writing to the store {str(path)!r} failed ({exc}); "
-                      f"{committer.committed} snapshot(s) are committed and intact: fix the "
-                      "cause, then resume") from exc
-    except BaseException:
-        committer.flush(quietly=True)
-        raise
-    if stop.is_set():
-        raise SimulationInterrupted(path, committer.committed, stop.signum)
+            self.committer.add(index, record)
+        self.on_complete(step, record)
 
 
 class _StopRequest(threading.Event):
@@ -512,16 +521,6 @@ def _stop_on_signals() -> Iterator[_StopRequest]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def _submission_ends(steps: int, snapshot_steps: list[int], max_steps: int) -> Iterator[int]:
-    """Last step of each submission: every snapshot step, and at most ``max_steps`` apart."""
-    prev = 0
-    for snap in snapshot_steps[1:]:
-        n = math.ceil((snap - prev) / max_steps)
-        for k in range(1, n + 1):
-            yield prev + math.ceil(k * (snap - prev) / n)
-        prev = snap
 
 
 @contextmanager
@@ -618,54 +617,52 @@ def _start_time(bodies: Any) -> float:
     return 0.0
 
 
-def _tile_size(cfg: RunConfig, n: int, client: Client, backend: str) -> int:
-    """The run's tile size: the one asked for, else :func:`auto_tile_size` for this cluster."""
-    return cfg.tile_size or auto_tile_size(n, total_threads(client), backend)
+def _settle(plan: Plan, client: Client) -> Plan:
+    """The plan with the tile size and kernel backend chosen for this cluster."""
+    backend = cluster_backend(client, plan.backend)
+    return plan.settle(total_threads(client), len(client.nthreads()), backend)
 
 
-def _symmetric(backend: str) -> bool:
-    """Whether tile pairs use the symmetric kernel: ``nbody.symmetric`` and the CPU backend."""
-    return bool(config.get("symmetric")) and backend == "cpu"
-
-
-def _store_attrs(cfg: RunConfig, tile_size: int, backend: str,
-                 ds: xr.Dataset) -> dict[str, Any]:
+def _store_attrs(plan: Plan, ds: xr.Dataset) -> dict[str, Any]:
     return {
         "title": "nbody_dask trajectory",
-        "G": cfg.G,
-        "softening": cfg.softening,
-        "dt": cfg.dt,
+        "G": plan.G,
+        "softening": plan.softening,
+        "dt": plan.dt,
         "integrator": INTEGRATOR,
-        "dtype": cfg.dtype,
+        "dtype": plan.dtype,
         "units": ds.attrs.get("units", "N-body (Henon) units: G = M = 1, E = -1/4"),
-        "snapshot_every": cfg.snapshot_every or cfg.steps,
-        "tile_size": tile_size,
-        "backend": backend,
-        "symmetric": int(_symmetric(backend)),
+        "snapshot_every": plan.snapshot_every or plan.steps,
+        "tile_size": plan.tile_size,
+        "backend": plan.backend,
+        "symmetric": int(plan.symmetric),
+        "layout": plan.layout,
         "nbody_dask_version": __version__,
-        "config": json.dumps(asdict(cfg)),
+        "config": json.dumps(plan.stored()),
         **{k: ds.attrs[k] for k in PHYSICAL_UNIT_ATTRS if k in ds.attrs},
     }
 
 
-def _one_shot(bodies, softening, G, dtype, tile_size, backend, client, with_potential):
+def _one_shot(bodies, softening, G, dtype, tile_size, backend, layout, client,
+              with_potential):
     """Evaluate forces once on the cluster and gather the tiles (small outputs only)."""
-    cfg = _run_config(0, 1.0, softening, G, None, dtype, tile_size, None)
     backend = check_backend(config.get("backend", backend))
     ds = as_bodies(bodies)
-    check_fits_dtype(ds, cfg.dtype, softening=cfg.softening, G=cfg.G,
-                     softening_squared=cfg.softening * cfg.softening)
+    plan = _plan(ds.sizes["body"], 0, 1.0, softening, G, None, dtype, tile_size, None,
+                 backend, layout)
+    check_fits_dtype(ds, plan.dtype, softening=plan.softening, G=plan.G,
+                     softening_squared=plan.softening**2)
     with client_context(client) as c:
-        backend = cluster_backend(c, backend)
-        tile = _tile_size(cfg, ds.sizes["body"], c, backend)
-        plan = StepPlan(_run_token(ds, cfg, tile), 1.0, cfg.softening, cfg.G,
-                        cfg.split_every, backend, _symmetric(backend))
-        tiles = c.scatter(split_tiles(ds, tile, resolve_dtype(cfg.dtype)), hash=False)
-        forced = initial_graph(tiles, plan, with_potential)
+        plan = _settle(plan, c)
+        token = _run_token(ds, plan)
+        threads = config.get("kernel-threads")
+        tiles = c.scatter(split_tiles(ds, plan.tile_size, resolve_dtype(plan.dtype)),
+                          hash=False)
+        dsk, keys = initial_graph(plan, token, tiles, with_potential, threads)
         if with_potential:
-            return c.compute(snapshot_graph(forced, plan, 0, None, 0),
-                             optimize_graph=False).result()
-        return c.gather(c.compute(forced, optimize_graph=False))
+            more, total = snapshot_graph(plan, token, keys, 0, None, 0)
+            return c.get({**dsk, **more}, total)
+        return c.get(dsk, keys)
 
 
 def accelerations(
@@ -676,6 +673,7 @@ def accelerations(
     dtype: str | None = None,
     tile_size: int | None = None,
     backend: str | None = None,
+    layout: str | None = None,
     client: Client | None = None,
 ) -> np.ndarray:
     """Gravitational accelerations of all bodies: one force evaluation on the cluster.
@@ -687,7 +685,7 @@ def accelerations(
     ndarray, shape (n, 3)
         In the run's dtype.
     """
-    tiles = _one_shot(bodies, softening, G, dtype, tile_size, backend, client,
+    tiles = _one_shot(bodies, softening, G, dtype, tile_size, backend, layout, client,
                       with_potential=False)
     return np.concatenate([t.acceleration for t in tiles], axis=1).T.copy()
 
@@ -700,12 +698,13 @@ def potential_energy(
     dtype: str | None = None,
     tile_size: int | None = None,
     backend: str | None = None,
+    layout: str | None = None,
     client: Client | None = None,
 ) -> float:
     """Total potential energy ``-G sum_{i<j} m_i m_j / sqrt(r_ij^2 + eps^2)``.
 
     Parameters are those of :func:`simulate`. Accumulated in float64 across tiles.
     """
-    vector = _one_shot(bodies, softening, G, dtype, tile_size, backend, client,
+    vector = _one_shot(bodies, softening, G, dtype, tile_size, backend, layout, client,
                        with_potential=True)
     return float(vector[1])

@@ -40,3 +40,50 @@ def test_tiling_changes_only_round_off(client):
     tiled = nbody_dask.simulate(ds, tile_size=16, **kw)
     np.testing.assert_allclose(tiled.position.values, one_tile.position.values, rtol=0,
                                atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_rows_layout_equals_pairs_layout_on_any_workers_and_kernel_threads(tmp_path, dtype):
+    """The HPC layout (parallel kernel, a task per tile) is bit-identical to the pairs layout
+    with the plain kernel, with 1 or 2 workers and 1 or 2 kernel threads."""
+    import dask
+
+    with dask.config.set({"nbody.symmetric": False}):
+        pairs = _final_state(tmp_path, 1, 2, "pairs.zarr", dtype=dtype)
+    runs = []
+    for workers, kernel_threads in ((1, 1), (2, 2), (2, None)):
+        with dask.config.set({"nbody.kernel-threads": kernel_threads}):
+            runs.append(_final_state(tmp_path, workers, 1, f"rows-{workers}-{kernel_threads}",
+                                     dtype=dtype, layout="rows"))
+    for rows in runs:
+        assert rows.attrs["layout"] == "rows"
+        for name in ("position", "velocity", "total_energy", "momentum"):
+            np.testing.assert_array_equal(rows[name].values, pairs[name].values)
+
+
+def test_resume_keeps_the_stored_layout(tmp_path, client):
+    ds = nbody_dask.plummer(300, seed=2)
+    kw = dict(dt=1 / 64, softening=0.05, tile_size=100, snapshot_every=3, client=client,
+              progress=False)
+    whole = nbody_dask.simulate(ds, steps=9, layout="rows", **kw).isel(time=-1)
+    store = tmp_path / "part.zarr"
+    with pytest.raises(_Crash):
+        nbody_dask.simulate(ds, steps=9, layout="rows", store=store, **kw,
+                            callback=_stop_after(3))
+    with pytest.raises(ValueError, match="layout='pairs' differs from the store's"):
+        nbody_dask.simulate(store=store, resume=True, layout="pairs", client=client)
+    resumed = nbody_dask.simulate(store=store, resume=True, client=client, progress=False)
+    assert resumed.attrs["layout"] == "rows"
+    np.testing.assert_array_equal(resumed.position[-1].values, whole.position.values)
+
+
+class _Crash(Exception):
+    pass
+
+
+def _stop_after(step):
+    """A callback that stops the run (as a crash would) once ``step`` is reached."""
+    def callback(at, record):
+        if at >= step:
+            raise _Crash
+    return callback

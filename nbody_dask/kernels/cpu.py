@@ -115,7 +115,7 @@ def accel_tile(xt, yt, zt, xs, ys, zs, ms, eps2):
 
 
 @njit(**_JIT)
-def accel_potential_tile(xt, yt, zt, xs, ys, zs, ms, eps2, diagonal):
+def accel_potential_tile(xt, yt, zt, xs, ys, zs, ms, eps2, diagonal, first=0):
     """Partial accelerations and potentials of a target tile due to a source tile.
 
     Used on snapshot steps, where the potential energy is needed as well.
@@ -129,8 +129,12 @@ def accel_potential_tile(xt, yt, zt, xs, ys, zs, ms, eps2, diagonal):
     eps2 : float32 or float64
         Squared Plummer softening length, in the dtype of the arrays.
     diagonal : bool
-        True when targets and sources are the same tile: the self term ``j == i`` is then
-        left out of the potential (with ``eps2 > 0`` it would add ``-m_i / eps``).
+        True when the targets are among the sources: the self term of target ``i``, source
+        ``first + i``, is then left out of the potential (with ``eps2 > 0`` it would add
+        ``-m_i / eps``).
+    first : int
+        Index in the sources of the first target when ``diagonal`` (0: the same tile; a
+        target block cut from a tile starts at its offset).
 
     Returns
     -------
@@ -158,7 +162,7 @@ def accel_potential_tile(xt, yt, zt, xs, ys, zs, ms, eps2, diagonal):
             phi -= mi
         if diagonal and eps2 > zero:
             # Remove the self term -m_i/eps that the vectorised loop included.
-            phi += ms[i] / np.sqrt(eps2)
+            phi += ms[first + i] / np.sqrt(eps2)
         out[0, i], out[1, i], out[2, i], out[3, i] = ax, ay, az, phi
     return out
 

@@ -1,0 +1,261 @@
+"""The work of a run as plain data: tiles, the tasks of a step, reduction groups, submissions.
+
+Pure arithmetic on integers, no Dask and no arrays: :mod:`nbody_dask.graph` turns a
+:class:`Plan` into task graphs, and :mod:`nbody_dask.simulation` drives them. Everything that
+decides a run's floating-point result is here (tile bounds, which kernel computes which tile
+pair, in which order and groups partial forces are summed), so a run is reproducible from its
+plan alone, whatever the cluster.
+
+Two layouts share the arithmetic:
+
+``"pairs"``
+    One task per tile pair (per unordered pair with the symmetric kernel) and a tree of
+    combine tasks per target tile: many small tasks, for clusters of many one-core threads.
+``"rows"``
+    One task per target tile that computes its whole row of tile pairs with the parallel CPU
+    kernel (all cores of a node) and sums the partials with the same groups in the same
+    order: bit-identical to ``"pairs"`` without the symmetric kernel, with about ``2 T`` tasks a
+    step instead of ``T**2``. For one worker process per node (the HPC layout).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+__all__ = ["LAYOUTS", "Plan", "Part", "tile_bounds", "auto_tile_size", "reduction_groups",
+           "submission_ends"]
+
+LAYOUTS = ("pairs", "rows")
+
+Part = tuple[tuple[int, int], int | None]
+"""A partial force on a target tile: ``((i, j), side)``, the tile-pair task ``(i, j)`` and,
+for a symmetric task, which of its two results (0: on tile ``i``, 1: on tile ``j``); None for
+a task whose one result is the force on its target."""
+
+
+def tile_bounds(n: int, tile_size: int) -> list[tuple[int, int]]:
+    """Half-open ``(start, stop)`` ranges covering ``0..n``; the last holds the remainder."""
+    return [(lo, min(lo + tile_size, n)) for lo in range(0, n, tile_size)]
+
+
+def auto_tile_size(n: int, threads: int, backend: str = "cpu", layout: str = "pairs",
+                   workers: int = 1) -> int:
+    """Default tile size for ``n`` bodies on a cluster with ``threads`` worker threads.
+
+    With ``layout="rows"`` there is one tile per worker (``workers``): each worker's row task
+    then uses all its cores, and a step is about ``2 * workers`` tasks.
+
+    On GPUs (``backend="cuda"``) tiles are large (>= 65,536 bodies, at most 4 per step's
+    row) so that each kernel launch runs long against its transfers.
+
+    On CPUs, up to 4,096 bodies the whole system is one tile: a step then costs ~10 ms of
+    kernel, about one Dask round trip, and runs as a fused task of many steps. Beyond that the
+    number of tiles ``T`` is the smallest that
+
+    * gives at least two tile pairs per thread (``T**2 >= 2 * threads``) and tiles of at most
+      16,384 bodies, up to 16 tiles: larger tiles cost the kernel nothing (it is flat in the
+      source count up to 128k) and fewer tasks cost Dask less;
+    * lets the threads share a step's work evenly, since a step ends at a barrier (each kick
+      waits for its whole row of tile pairs): spread over the threads in whole tile pairs,
+      ``T**2 / (threads * ceil(T**2 / threads))`` must be at least 0.9. (12 tiles would keep
+      64 threads busy 75% of the time, 16 tiles all of it.);
+
+    and never tiles under 2,048 bodies. Override with ``tile_size`` or ``nbody.tile-size``.
+
+    Parameters
+    ----------
+    n : int
+        Number of bodies.
+    threads : int
+        Worker threads of the cluster.
+    backend : {"cpu", "cuda"}
+        Kernel backend.
+    layout : {"pairs", "rows"}
+        Task layout (see the module docstring).
+    workers : int
+        Worker processes of the cluster (used by ``layout="rows"``).
+
+    Returns
+    -------
+    int
+        Bodies per tile (the last tile holds the remainder).
+    """
+    if layout == "rows":
+        return max(1, math.ceil(n / max(1, int(workers))))
+    if backend == "cuda":
+        return max(1, min(n, max(65_536, math.ceil(n / 4))))
+    if n <= 4096:
+        return max(n, 1)
+    threads = max(1, int(threads))
+    most = max(1, n // 2_048)
+    tiles = min(max(math.ceil(math.sqrt(2 * threads)), min(math.ceil(n / 16_384), 16)), most)
+    while tiles < most and _balance(tiles, threads) < 0.9:
+        tiles += 1
+    return max(1, math.ceil(n / tiles))
+
+
+def _balance(tiles: int, threads: int) -> float:
+    """Busy share of ``threads`` given a step's ``tiles**2`` tile pairs in whole units."""
+    pairs = tiles * tiles
+    return pairs / (threads * math.ceil(pairs / threads))
+
+
+def reduction_groups(count: int, split_every: int) -> list[list[tuple[int, int]]]:
+    """The fixed tree that sums ``count`` partials: per level, half-open index ranges.
+
+    Level 0 groups the partials in source order by ``split_every``; each further level groups
+    the sums of the one before, until at most ``split_every`` remain (the consumer adds those).
+    Every range has at most ``split_every`` members, and the groups depend only on ``count``
+    and ``split_every``.
+    """
+    levels = []
+    while count > split_every:
+        levels.append([(g, min(g + split_every, count)) for g in range(0, count, split_every)])
+        count = len(levels[-1])
+    return levels
+
+
+def submission_ends(snapshot_steps: list[int], max_steps: int) -> Iterator[int]:
+    """Last step of each submission: every snapshot step, and at most ``max_steps`` apart."""
+    prev = snapshot_steps[0]
+    for snap in snapshot_steps[1:]:
+        n = math.ceil((snap - prev) / max_steps)
+        for k in range(1, n + 1):
+            yield prev + math.ceil(k * (snap - prev) / n)
+        prev = snap
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A run's validated parameters and the arithmetic they fix.
+
+    Stored in the trajectory (:meth:`stored`), so that a resume repeats it exactly. Fields
+    left None (``tile_size``) or ``"auto"`` (``backend``) are settled by :meth:`settle` once
+    the cluster is known.
+
+    Attributes
+    ----------
+    n : int
+        Number of bodies.
+    steps : int
+        Steps of the whole run.
+    dt, softening, G : float
+        Step length, Plummer softening length, gravitational constant.
+    snapshot_every : int or None
+        Snapshot interval in steps (None: the first and the last state only).
+    dtype : {"float32", "float64"}
+        Precision of the state and the forces.
+    tile_size : int or None
+        Bodies per tile.
+    split_every : int
+        Fan-in of the reduction tree (>= 2).
+    backend : {"cpu", "cuda", "auto"}
+        Kernel of the tile-pair tasks (:mod:`nbody_dask.backends`).
+    symmetric : bool
+        Symmetric CPU kernel: one task per unordered tile pair (``"pairs"`` layout only).
+    layout : {"pairs", "rows"}
+        Task layout (module docstring).
+    """
+
+    n: int
+    steps: int
+    dt: float
+    softening: float = 0.0
+    G: float = 1.0
+    snapshot_every: int | None = None
+    dtype: str = "float64"
+    tile_size: int | None = None
+    split_every: int = 8
+    backend: str = "cpu"
+    symmetric: bool = False
+    layout: str = "pairs"
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if self.layout == "rows" and self.backend == "cuda":
+            raise ValueError("layout='rows' runs the parallel CPU kernel; backend='cuda' "
+                             "needs layout='pairs'")
+
+    # -- settling against a cluster ---------------------------------------------------------
+
+    def settle(self, threads: int, workers: int, backend: str) -> Plan:
+        """This plan with the tile size and backend chosen for a cluster (unless given)."""
+        if self.layout == "rows":
+            backend = "cpu"
+        tile = self.tile_size or auto_tile_size(self.n, threads, backend, self.layout, workers)
+        return replace(self, tile_size=tile, backend=backend,
+                       symmetric=self.symmetric and backend == "cpu" and self.layout == "pairs")
+
+    def stored(self) -> dict[str, Any]:
+        """The plan as plain JSON-able data, as kept in the store."""
+        return asdict(self)
+
+    @classmethod
+    def from_stored(cls, data: dict[str, Any], n: int) -> Plan:
+        """The plan of a stored run (stores older than the layout field ran ``"pairs"``)."""
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**{"n": n, **known})
+
+    # -- tiles and tasks ---------------------------------------------------------------------
+
+    @property
+    def n_tiles(self) -> int:
+        return len(self.tile_bounds())
+
+    def tile_bounds(self) -> list[tuple[int, int]]:
+        if self.tile_size is None:
+            raise ValueError("the plan has no tile size yet (see Plan.settle)")
+        return tile_bounds(self.n, self.tile_size)
+
+    @property
+    def fused(self) -> bool:
+        """One tile: several steps run as one task (Dask's round trip would dominate)."""
+        return self.n_tiles == 1
+
+    def snapshot_steps(self) -> list[int]:
+        """Steps at which a snapshot is written: 0, every ``snapshot_every``, and the last."""
+        every = self.snapshot_every or max(self.steps, 1)
+        return sorted(set(range(0, self.steps + 1, every)) | {self.steps})
+
+    def pair_tasks(self) -> list[tuple[int, int]]:
+        """The tile-pair tasks of one force evaluation in the ``"pairs"`` layout.
+
+        ``(i, j)`` computes the force of tile ``j`` on tile ``i``; with the symmetric kernel
+        only ``i <= j`` exist, and ``(i, j)`` with ``i < j`` gives the forces on both tiles.
+        """
+        t = self.n_tiles
+        if self.symmetric:
+            return [(i, j) for i in range(t) for j in range(i, t)]
+        return [(i, j) for i in range(t) for j in range(t)]
+
+    def parts(self, target: int) -> list[Part]:
+        """The partial forces on tile ``target``, one per source tile, in source order."""
+        if not self.symmetric:
+            return [((target, j), None) for j in range(self.n_tiles)]
+        return [((target, target), None) if j == target
+                else ((target, j), 0) if target < j else ((j, target), 1)
+                for j in range(self.n_tiles)]
+
+    def groups(self) -> list[list[tuple[int, int]]]:
+        """The reduction tree of every target tile's partials (:func:`reduction_groups`)."""
+        return reduction_groups(self.n_tiles, self.split_every)
+
+    def tasks_per_step(self) -> int:
+        """Tasks of one step's graph (snapshots not included)."""
+        t = self.n_tiles
+        if self.fused:
+            return 1
+        if self.layout == "rows":
+            return 2 * t  # drift, row (forces and kick)
+        combines = sum(len(level) for level in self.groups()) * t
+        return 2 * t + len(self.pair_tasks()) + combines
+
+    def steps_per_submission(self, max_tasks: int) -> int:
+        """Steps submitted at once: at most ``max_tasks`` tasks (fused: ~1e9 interactions)."""
+        if self.fused:
+            return max(1, int(1e9 // max(self.n**2, 1)))
+        return max(1, max_tasks // self.tasks_per_step())
