@@ -185,7 +185,7 @@ def _simulate_and_report(cluster_kind: str, scheduler: str | None, scheduler_fil
 
     from distributed import Client
 
-    from .clusters import connect, make
+    from .clusters import connect, make, shaped_layout
 
     if cluster_kind != "local" and (scheduler or scheduler_file):
         raise click.UsageError("--cluster cannot be combined with --scheduler/--scheduler-file")
@@ -196,6 +196,8 @@ def _simulate_and_report(cluster_kind: str, scheduler: str | None, scheduler_fil
         elif cluster_kind != "local":
             cluster = stack.enter_context(make(cluster_kind))
             client = stack.enter_context(Client(cluster))
+            if kwargs.get("layout") is None and not kwargs.get("resume"):
+                kwargs["layout"] = shaped_layout(cluster_kind)  # what the workers are made for
         try:
             traj = nbody_dask.simulate(bodies, store=store, client=client, **kwargs)
         except nbody_dask.SimulationInterrupted as exc:

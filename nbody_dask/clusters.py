@@ -14,12 +14,14 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+import dask
 from distributed import Client, LocalCluster
 
 from . import config
+from .plan import LAYOUTS
 
 __all__ = ["KINDS", "make", "local", "slurm", "cuda", "kubernetes", "connect", "client_context",
-           "total_threads"]
+           "total_threads", "shaped_layout"]
 
 
 def local(
@@ -72,21 +74,40 @@ def _optional(module: str, extra: str, what: str):
                           f"pip install 'nbody-dask[{extra}]' ({exc})") from None
 
 
-def slurm(jobs: int = 1, **kwargs: Any):
+def slurm(jobs: int = 1, layout: str = "rows", **kwargs: Any):
     """A dask-jobqueue ``SLURMCluster``: each Slurm job runs Dask workers.
 
     Parameters
     ----------
     jobs : int
         Jobs to submit at once (``cluster.scale(jobs=...)``); 0 to scale later.
+    layout : {"rows", "pairs"}
+        The task layout the workers are shaped for; pass the same to
+        :func:`nbody_dask.simulate`. ``"rows"`` (the HPC layout): one worker process per job
+        with one Dask thread, the job booking ``cores`` CPUs (``--cpus-per-task``) for the
+        parallel kernel. ``"pairs"``: ``processes`` workers per job sharing ``cores`` threads.
     **kwargs
         Passed to :class:`dask_jobqueue.SLURMCluster`; anything not given is read from the
         standard ``jobqueue.slurm`` configuration (see ``deploy/slurm/jobqueue.yaml``):
         ``cores``, ``memory``, ``queue``, ``account``, ``walltime``, ``interface``, ...
         The job scripts use this Python (``python=sys.executable``) unless told otherwise.
+
+    Raises
+    ------
+    ValueError
+        For an unknown layout, or ``layout="rows"`` with ``processes`` other than 1.
     """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     jobqueue = _optional("dask_jobqueue", "slurm", "nbody_dask.clusters.slurm")
     kwargs.setdefault("python", sys.executable)
+    if layout == "rows":
+        if kwargs.get("processes", 1) != 1:
+            raise ValueError(f"layout='rows' runs one worker process per job, got "
+                             f"processes={kwargs['processes']!r}")
+        cores = kwargs.pop("cores", None) or dask.config.get("jobqueue.slurm.cores")
+        kwargs.update(cores=1, processes=1)
+        kwargs.setdefault("job_cpu", cores)
     cluster = jobqueue.SLURMCluster(**kwargs)
     if jobs:
         cluster.scale(jobs=jobs)
@@ -101,8 +122,8 @@ def cuda(**kwargs: Any):
     return dask_cuda.LocalCUDACluster(**kwargs)
 
 
-_SPEC_KEYS = ("name", "image", "n_workers", "worker_cpu", "worker_memory", "gpus_per_worker",
-              "volume_claim", "mount_path", "env")
+_SPEC_KEYS = ("name", "image", "n_workers", "worker_cpu", "layout", "worker_memory",
+              "gpus_per_worker", "volume_claim", "mount_path", "env")
 
 
 def kubernetes(**kwargs: Any):
@@ -143,6 +164,17 @@ def kubernetes(**kwargs: Any):
 
 
 KINDS = {"local": local, "slurm": slurm, "cuda": cuda, "kubernetes": kubernetes}
+
+
+def shaped_layout(kind: str) -> str | None:
+    """The task layout the workers of ``make(kind)`` are shaped for by default (None: the
+    ``nbody.layout`` setting): ``"rows"`` for Slurm, ``nbody.kubernetes.layout`` for
+    Kubernetes CPU pods."""
+    if kind == "slurm":
+        return "rows"
+    if kind == "kubernetes" and not config.get("kubernetes.gpus-per-worker"):
+        return config.get("kubernetes.layout")
+    return None
 
 
 def make(kind: str, **kwargs: Any):

@@ -7,9 +7,10 @@ objects, so building and submitting a task costs microseconds). Keys are determi
 ``nbody-<stage>-<token>-<step>-<i>[-<j>]``, where ``token`` identifies the run.
 
 A step (``"pairs"`` layout) is ``T`` drift tasks, the plan's tile-pair tasks, the combine
-tasks of the plan's reduction tree and ``T`` kick tasks; with ``"rows"`` it is ``T`` drift and
-``T`` row tasks, each of which runs its row of tile pairs with the parallel kernel and sums
-them with the same groups. Partials of a target tile are always summed in source order within
+tasks of the plan's reduction tree and ``T`` kick tasks. With ``"rows"`` it is ``T`` drift
+tasks, about ``sqrt(T)`` tasks that gather blocks of drifted positions, and ``T`` row tasks,
+each of which runs its row of tile pairs with the parallel kernel and sums them with the
+same groups. Partials of a target tile are always summed in source order within
 fixed groups, so the result does not depend on the number of workers, the scheduling order,
 retries, or the layout: runs are bit-reproducible.
 
@@ -31,7 +32,8 @@ from .integrators import check_finite, close_step, open_step
 from .plan import Plan
 from .storage import write_tile
 
-__all__ = ["Graph", "key", "pair_forces", "symmetric_pair_forces", "self_forces", "row_forces",
+__all__ = ["Graph", "key", "pair_forces", "symmetric_pair_forces", "self_forces",
+           "gather_sources", "row_forces",
            "sum_in_order", "sum_sides", "initial_graph", "steps_graph", "snapshot_graph",
            "fused_steps", "execute"]
 
@@ -81,19 +83,25 @@ def self_forces(tile: Tile, softening: float, with_potential: bool) -> np.ndarra
     return cpu.self_tile_forces(tile.position, tile.mass, eps2, with_potential)
 
 
-def row_forces(target: int, tiles: Sequence[Tile], softening: float, with_potential: bool,
-               threads: int | None = None) -> list[np.ndarray]:
-    """Partial forces (G = 1) on ``tiles[target]`` due to each tile, with the parallel kernel.
+def gather_sources(*tiles: Tile) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Positions (3, n) and masses of consecutive tiles in one block, and the tiles' sizes."""
+    return (np.concatenate([t.position for t in tiles], axis=1),
+            np.concatenate([t.mass for t in tiles]), [t.size for t in tiles])
 
-    Entry ``j`` is bit-identical to :func:`pair_forces` of ``(tiles[target], tiles[j])`` on the
-    CPU, for any number of ``threads`` (None: every core).
+
+def row_forces(target: int, own: Tile, blocks: Sequence[tuple], softening: float,
+               with_potential: bool, threads: int | None = None) -> list[np.ndarray]:
+    """Partial forces (G = 1) on tile ``own`` (number ``target``) due to every tile, with the
+    parallel kernel; ``blocks`` are :func:`gather_sources` of all tiles, in order.
+
+    Entry ``j`` is bit-identical to :func:`pair_forces` of ``(own, tile j)`` on the CPU, for
+    any number of ``threads`` (None: every core).
     """
     from .kernels import rows
 
-    own = tiles[target]
-    position = np.concatenate([t.position for t in tiles], axis=1)
-    mass = np.concatenate([t.mass for t in tiles])
-    starts = np.cumsum([0] + [t.size for t in tiles], dtype=np.int64)
+    position = np.concatenate([b[0] for b in blocks], axis=1)
+    mass = np.concatenate([b[1] for b in blocks])
+    starts = np.cumsum([0] + [size for b in blocks for size in b[2]], dtype=np.int64)
     rows.set_threads(threads)
     out = rows.row_forces(*own.position, *position, mass, starts, _eps2(own, softening),
                           with_potential, target)
@@ -129,11 +137,12 @@ def close(step: int, tile: Tile, G: float, dt: float | None, sides: Sequence, *p
 
 
 def close_row(step: int, target: int, G: float, dt: float | None, softening: float,
-              with_potential: bool, groups: list, threads: int | None, *tiles: Tile) -> Tile:
+              with_potential: bool, groups: list, threads: int | None, own: Tile,
+              *blocks: tuple) -> Tile:
     """The ``"rows"`` layout's task: a target tile's whole row of forces, summed and kicked."""
-    parts = row_forces(target, tiles, softening, with_potential, threads)
+    parts = row_forces(target, own, blocks, softening, with_potential, threads)
     forces = reduce_in_groups(parts, groups)
-    return check_finite(close_step(tiles[target], forces, G, dt), step)
+    return check_finite(close_step(own, forces, G, dt), step)
 
 
 def write_and_measure(path: str | None, index: int, tile: Tile, G: float, run: str,
@@ -152,11 +161,14 @@ def _forces(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence,
     the closing tasks; return the keys of the closed tiles."""
     t = len(tiles)
     if plan.layout == "rows":
-        groups = plan.groups()
+        groups, blocks = plan.groups(), []
+        for b, (lo, hi) in enumerate(plan.source_blocks()):
+            blocks.append(key(token, "sources", step, b))
+            dsk[blocks[-1]] = (gather_sources, *tiles[lo:hi])
         out = [key(token, "row", step, i) for i in range(t)]
         for i in range(t):
             dsk[out[i]] = (close_row, step, i, plan.G, dt, plan.softening, with_potential,
-                           groups, threads, *tiles)
+                           groups, threads, tiles[i], *blocks)
         return out
     for i, j in plan.pair_tasks():
         if not plan.symmetric:
@@ -212,9 +224,9 @@ def steps_graph(plan: Plan, token: str, tiles: Sequence, first: int, last: int,
 
 
 def fused_steps(tile: Tile, plan: Plan, token: str, first: int, last: int,
-                potential_steps: frozenset) -> Tile:
+                potential_steps: frozenset, threads: int | None = None) -> Tile:
     """Steps ``first..last`` of a one-tile system in one task, exactly as the task graph."""
-    dsk, (out,) = steps_graph(plan, token, ["input"], first, last, potential_steps)
+    dsk, (out,) = steps_graph(plan, token, ["input"], first, last, potential_steps, threads)
     return execute(dsk, out, {"input": tile})
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from . import config
 from ._validate import check_int
+from .plan import LAYOUTS
 
 __all__ = ["cluster_spec", "worker_group_spec"]
 
@@ -48,6 +49,8 @@ def _settings(**given: Any) -> dict[str, Any]:
     check_int("n_workers", s["n_workers"], 0)
     check_int("worker_cpu", s["worker_cpu"], 1)
     check_int("gpus_per_worker", s["gpus_per_worker"], 0)
+    if s["layout"] not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {s['layout']!r}")
     memory = s["worker_memory"]
     if not isinstance(memory, str) or not _QUANTITY.match(memory):
         raise ValueError(f"worker_memory must be a Kubernetes quantity such as '4Gi', "
@@ -79,6 +82,10 @@ def _worker(s: dict[str, Any], env: dict[str, str] | None) -> dict[str, Any]:
     container = worker["spec"]["containers"][0]
     if gpus:  # dask cuda worker: one worker process per GPU, each with one thread
         container["args"] += ["--nthreads", "1"]
+    elif s["layout"] == "rows":  # one Dask thread; the parallel kernel uses the pod's cores
+        container["args"] += ["--nthreads", "1", "--nworkers", "1"]
+        container["env"] = [*(container.get("env") or []),
+                            {"name": "NUMBA_NUM_THREADS", "value": str(s["worker_cpu"])}]
     else:
         container["args"] += ["--nthreads", str(s["worker_cpu"]), "--nworkers", "1"]
     _mount_store(worker["spec"], s)
@@ -109,6 +116,7 @@ def cluster_spec(
     image: str | None = None,
     n_workers: int | None = None,
     worker_cpu: int | None = None,
+    layout: str | None = None,
     worker_memory: str | None = None,
     gpus_per_worker: int | None = None,
     volume_claim: str | None = None,
@@ -127,7 +135,11 @@ def cluster_spec(
     n_workers : int, optional
         Worker pods of the default worker group.
     worker_cpu : int, optional
-        Cores per worker pod: its CPU request and limit, and the worker's ``--nthreads``.
+        Cores per worker pod: its CPU request and limit, and the threads of its kernels.
+    layout : {"rows", "pairs"}, optional
+        Task layout the workers are shaped for (pass the same to :func:`nbody_dask.simulate`):
+        ``"rows"`` (``nbody.kubernetes.layout``, the HPC layout), one Dask thread and a
+        parallel kernel of ``worker_cpu`` threads; ``"pairs"``, ``worker_cpu`` Dask threads.
     worker_memory : str, optional
         Memory request and limit per worker pod, a Kubernetes quantity (``"4Gi"``).
     gpus_per_worker : int, optional
@@ -148,7 +160,7 @@ def cluster_spec(
         or write it as YAML for ``kubectl apply``.
     """
     name = _check_name("name", config.get("kubernetes.name", name))
-    s = _settings(image=image, n_workers=n_workers, worker_cpu=worker_cpu,
+    s = _settings(image=image, n_workers=n_workers, worker_cpu=worker_cpu, layout=layout,
                   worker_memory=worker_memory, gpus_per_worker=gpus_per_worker,
                   volume_claim=volume_claim, mount_path=mount_path)
     spec = _operator().make_cluster_spec(name=name, image=s["image"], env=env)
@@ -167,6 +179,7 @@ def worker_group_spec(
     image: str | None = None,
     n_workers: int | None = None,
     worker_cpu: int | None = None,
+    layout: str | None = None,
     worker_memory: str | None = None,
     gpus_per_worker: int = 1,
     volume_claim: str | None = None,
@@ -182,7 +195,7 @@ def worker_group_spec(
     """
     cluster = _check_name("cluster", config.get("kubernetes.name", cluster))
     _check_name("name", name)
-    s = _settings(image=image, n_workers=n_workers, worker_cpu=worker_cpu,
+    s = _settings(image=image, n_workers=n_workers, worker_cpu=worker_cpu, layout=layout,
                   worker_memory=worker_memory, gpus_per_worker=gpus_per_worker,
                   volume_claim=volume_claim, mount_path=mount_path)
     return {"apiVersion": "kubernetes.dask.org/v1", "kind": "DaskWorkerGroup",

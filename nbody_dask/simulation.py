@@ -453,7 +453,7 @@ class _Driver:
         plan, potential = self.plan, frozenset(self.snapshot_steps)
         if plan.fused:
             dsk = {key(self.token, "fused", end, 0): (fused_steps, state[0], plan, self.token,
-                                                      step + 1, end, potential)}
+                                                      step + 1, end, potential, self.threads)}
             keys = list(dsk)
         else:
             dsk, keys = steps_graph(plan, self.token, state, step + 1, end, potential,

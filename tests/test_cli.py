@@ -54,10 +54,11 @@ def test_every_simulate_option_has_a_flag(runner, tmp_path):
     store = tmp_path / "g.zarr"
     result = runner.invoke(main, ["run", "--ic", "kepler", "--steps", "4", "--no-progress",
                                   "-G", "2.5", "--split-every", "3", "--backend", "cpu",
-                                  "--store", str(store)])
+                                  "--layout", "rows", "--store", str(store)])
     assert result.exit_code == 0, result.output
     ds = xr.open_zarr(store)
     assert ds.attrs["G"] == 2.5 and ds.attrs["backend"] == "cpu"
+    assert ds.attrs["layout"] == "rows"
     assert json.loads(ds.attrs["config"])["split_every"] == 3
 
 
@@ -65,6 +66,7 @@ def test_every_simulate_option_has_a_flag(runner, tmp_path):
     (["run", "--dt", "-1", "--no-progress"], 1, "Error: dt must be > 0, got -1.0"),
     (["run", "--steps", "abc"], 2, "'abc' is not a valid integer"),
     (["run", "--ic", "galaxy"], 2, "'galaxy' is neither one of plummer"),
+    (["run", "--layout", "grid"], 2, "'grid' is not one of 'pairs', 'rows'"),
     (["ic", "plummer", "ic.npz", "-p", "radius"], 2, "expected KEY=VALUE, got 'radius'"),
     (["ic", "plummer", "ic.npz", "-p", "radius=2"], 1,
      "plummer initial conditions: plummer() got an unexpected keyword argument 'radius'"),

@@ -67,7 +67,9 @@ def test_missing_optional_package_says_which_extra(monkeypatch, kind, module, ex
     assert time.monotonic() - start < 5
 
 
-def test_slurm_job_script_uses_this_python_and_config():
+@pytest.mark.parametrize(("layout", "threads"), [("rows", 1), ("pairs", 4)])
+def test_slurm_job_script_uses_this_python_and_config(layout, threads):
+    """The rows (HPC) layout, the default: one Dask thread, all the job's cores booked."""
     pytest.importorskip("dask_jobqueue")
     import sys
 
@@ -76,13 +78,23 @@ def test_slurm_job_script_uses_this_python_and_config():
     with dask.config.set({"jobqueue.slurm.cores": 4, "jobqueue.slurm.processes": 1,
                           "jobqueue.slurm.memory": "8GB",
                           "jobqueue.slurm.walltime": "00:42:00"}):
-        with clusters.slurm(jobs=0, interface="lo",
+        with clusters.slurm(jobs=0, layout=layout, interface="lo",
                             scheduler_options={"interface": "lo",
                                                "dashboard_address": "127.0.0.1:0"}) as cluster:
             script = cluster.job_script()
     assert sys.executable in script
     assert "#SBATCH -t 00:42:00" in script and "--cpus-per-task=4" in script
-    assert "--nthreads 4" in script and "--interface lo" in script
+    assert f"--nthreads {threads} " in script and "--interface lo" in script
+
+
+def test_slurm_refuses_a_layout_it_cannot_shape():
+    pytest.importorskip("dask_jobqueue")
+    with pytest.raises(ValueError, match="layout must be one of"):
+        clusters.slurm(jobs=0, layout="grid")
+    with pytest.raises(ValueError, match="one worker process per job, got processes=4"):
+        clusters.slurm(jobs=0, processes=4)
+    assert clusters.shaped_layout("slurm") == "rows"
+    assert clusters.shaped_layout("local") is None
 
 
 def test_slurm_gpu_workers_job_script():

@@ -50,11 +50,14 @@ def test_step_graph_shape(n_tiles, split_every, combines, symmetric):
         assert len(get_dependencies({**dsk, **dict.fromkeys(state)}, name)) <= split_every + 1
 
 
-def test_rows_step_graph_is_two_tasks_per_tile():
+def test_rows_step_graph_is_two_tasks_per_tile_and_a_few_blocks():
     plan = _plan(50, 10, layout="rows")
     dsk, out = steps_graph(plan, "tok", [f"s-{i}" for i in range(5)], 1, 3, frozenset({3}))
-    assert len(dsk) == 3 * plan.tasks_per_step() == 3 * 2 * 5
+    assert plan.source_blocks() == [(0, 3), (3, 5)]
+    assert len(dsk) == 3 * plan.tasks_per_step() == 3 * (2 * 5 + 2)
     assert out == [f"nbody-row-tok-3-{i}" for i in range(5)]
+    row = dsk["nbody-row-tok-3-4"]  # its own drifted tile and the two blocks
+    assert row[-3:] == ("nbody-drift-tok-3-4", "nbody-sources-tok-3-0", "nbody-sources-tok-3-1")
 
 
 def test_keys_are_deterministic():

@@ -174,6 +174,7 @@ def test_nulls_are_pruned_as_by_the_api_server():
 @pytest.mark.parametrize("kwargs", [
     {},
     {"n_workers": 8, "worker_cpu": 16, "worker_memory": "32Gi"},
+    {"worker_cpu": 4, "layout": "pairs"},
     {"gpus_per_worker": 1, "worker_cpu": 4},
     {"volume_claim": "nbody-store", "mount_path": "/scratch", "env": {"DASK_NBODY__DTYPE":
                                                                       "float32"}},
@@ -188,10 +189,16 @@ def test_generated_cluster_specs_validate(kwargs):
         assert worker["args"][:3] == ["dask", "cuda", "worker"]
         assert limits["nvidia.com/gpu"] == "1"
         assert "nvidia.com/gpu" not in str(spec["spec"]["scheduler"])
-    else:
+    else:  # the rows layout by default: one Dask thread, a kernel on every core of the pod
         assert worker["args"][:2] == ["dask", "worker"]
         i = worker["args"].index("--nthreads")
-        assert worker["args"][i + 1] == limits["cpu"] == str(kwargs.get("worker_cpu", 2))
+        cores = str(kwargs.get("worker_cpu", 2))
+        if kwargs.get("layout") == "pairs":
+            assert worker["args"][i + 1] == limits["cpu"] == cores
+        else:
+            assert worker["args"][i + 1] == "1"
+            assert {"name": "NUMBA_NUM_THREADS", "value": cores} in worker["env"]
+            assert limits["cpu"] == cores
     if "volume_claim" in kwargs:
         assert worker["volumeMounts"] == [{"name": "store", "mountPath": "/scratch"}]
 
@@ -216,6 +223,7 @@ def test_generated_spec_matches_the_hand_written_manifest():
     ({"image": IMAGE, "name": "Bad_Name"}, "name must be a lower-case DNS label"),
     ({"image": IMAGE, "n_workers": -1}, "n_workers must be >= 0"),
     ({"image": IMAGE, "worker_cpu": 0}, "worker_cpu must be >= 1"),
+    ({"image": IMAGE, "layout": "grid"}, "layout must be one of"),
     ({"image": IMAGE, "worker_memory": "8 GB"}, "worker_memory must be a Kubernetes quantity"),
     ({"image": IMAGE, "volume_claim": "store", "mount_path": "data"}, "mount_path must be"),
 ])

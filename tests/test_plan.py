@@ -74,6 +74,9 @@ def test_rows_layout_has_a_few_tasks_per_worker(n, workers):
     plan = Plan(n=n, steps=1, dt=1.0, layout="rows").settle(64 * workers, workers, "cpu")
     assert plan.n_tiles <= workers
     assert plan.tasks_per_step() <= 4 * workers
+    blocks = plan.source_blocks()  # cover the tiles in order, about sqrt(T) of them
+    assert [lo for lo, _ in blocks] + [plan.n_tiles] == [0] + [hi for _, hi in blocks]
+    assert len(blocks) <= 2 * plan.n_tiles**0.5
 
 
 def test_tiles_cover_every_body_once():

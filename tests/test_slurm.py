@@ -34,18 +34,19 @@ if not _slurm_up():
     pytest.skip("no Slurm controller (run .ci/start-slurm)", allow_module_level=True)
 
 
-def _run(client, store):
+def _run(client, store, **kw):
     ds = nbody_dask.plummer(500, seed=5)
     traj = nbody_dask.simulate(ds, steps=12, dt=1 / 64, softening=0.02, tile_size=128,
-                               snapshot_every=4, store=store, client=client, progress=False)
+                               snapshot_every=4, store=store, client=client, progress=False,
+                               **kw)
     return traj.isel(time=-1).load()
 
 
 def test_slurm_cluster_matches_local_cluster_bit_for_bit(tmp_path):
     from nbody_dask.clusters import slurm
 
-    with slurm(jobs=2, cores=1, processes=1, memory="2GB", walltime="00:10:00",
-               interface="lo", log_directory=str(tmp_path / "logs"),
+    with slurm(jobs=2, layout="pairs", cores=1, processes=1, memory="2GB",
+               walltime="00:10:00", interface="lo", log_directory=str(tmp_path / "logs"),
                scheduler_options={"interface": "lo", "dashboard_address": "127.0.0.1:0"},
                ) as cluster, Client(cluster) as client:
         client.wait_for_workers(2, timeout=120)
@@ -53,6 +54,29 @@ def test_slurm_cluster_matches_local_cluster_bit_for_bit(tmp_path):
         on_slurm = _run(client, tmp_path / "slurm.zarr")
     with LocalCluster(n_workers=1, threads_per_worker=2, host="127.0.0.1",
                       dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
+        local = _run(client, tmp_path / "local.zarr")
+    for name in ("position", "velocity", "total_energy"):
+        np.testing.assert_array_equal(on_slurm[name].values, local[name].values)
+
+
+def test_hpc_layout_on_slurm_matches_local_run_bit_for_bit(tmp_path):
+    """One worker job of 2 cores, one Dask thread, the parallel kernel on both cores."""
+    import dask
+
+    from nbody_dask.clusters import slurm
+
+    with slurm(jobs=1, cores=2, memory="2GB", walltime="00:10:00", interface="lo",
+               log_directory=str(tmp_path / "logs"),
+               scheduler_options={"interface": "lo", "dashboard_address": "127.0.0.1:0"},
+               ) as cluster, Client(cluster) as client:
+        client.wait_for_workers(1, timeout=120)
+        assert list(client.nthreads().values()) == [1]
+        assert "--cpus-per-task=2" in cluster.job_script()
+        on_slurm = _run(client, tmp_path / "slurm.zarr", layout="rows")
+    assert on_slurm.attrs["layout"] == "rows"
+    with dask.config.set({"nbody.symmetric": False}), \
+            LocalCluster(n_workers=1, threads_per_worker=2, host="127.0.0.1",
+                         dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
         local = _run(client, tmp_path / "local.zarr")
     for name in ("position", "velocity", "total_energy"):
         np.testing.assert_array_equal(on_slurm[name].values, local[name].values)

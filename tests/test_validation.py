@@ -71,6 +71,8 @@ BAD_PARAMETERS = [
     (dict(snapshot_every=0), ValueError, r"snapshot_every must be >= 1, got 0"),
     (dict(split_every=1), ValueError, r"split_every must be >= 2, got 1"),
     (dict(G=0.0), ValueError, r"G must be > 0, got 0\.0"),
+    (dict(layout="grid"), ValueError, r"layout must be one of \('pairs', 'rows'\), got 'grid'"),
+    (dict(layout="rows", backend="cuda"), ValueError, r"layout='rows' runs the parallel CPU"),
     (dict(overwrite="yes"), TypeError, r"overwrite must be True or False"),
     (dict(store=42), TypeError, r"store must be a path"),
     (dict(client="tcp://nowhere:1"), TypeError, r"client must be a distributed.Client"),
