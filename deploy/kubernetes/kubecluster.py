@@ -53,9 +53,12 @@ def main(argv: list[str] | None = None) -> int:
             cluster.add_worker_group("gpu", custom_spec=group["spec"]["worker"])
         client.wait_for_workers(args.workers + args.gpu_workers, timeout=600)
         print("dashboard:", client.dashboard_link)
+        # CPU pods are shaped for the rows (HPC) layout; GPU workers need a task per tile pair
+        layout = "pairs" if args.gpu_workers else clusters.shaped_layout("kubernetes")
         trajectory = nbody_dask.simulate(
             nbody_dask.plummer(args.n, seed=0), steps=args.steps, dt=1e-3, softening=0.01,
-            dtype="float32", store=args.store, snapshot_every=10, client=client)
+            dtype="float32", store=args.store, snapshot_every=10, layout=layout,
+            client=client)
         print(trajectory)
     return 0
 

@@ -31,7 +31,7 @@ def main() -> None:
         print("dashboard:", client.dashboard_link)
         nbody_dask.simulate(nbody_dask.plummer(args.n, seed=0), steps=args.steps, dt=1 / 256,
                             softening=0.01, store=args.store, snapshot_every=10,
-                            dtype="float32", client=client)
+                            dtype="float32", layout="rows", client=client)
 
 
 if __name__ == "__main__":
