@@ -209,3 +209,54 @@ def test_kernel_is_vectorised_without_float64_promotion(dtype, packed):
         if dtype == np.float32:
             assert "cvtss2sd" not in asm and "vcvtps2pd" not in asm
             assert "rsqrt" in asm  # one hardware reciprocal square root (+ Newton) per pair
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("threads", [1, 2, None])
+def test_parallel_row_kernel_equals_the_serial_kernel_bit_for_bit(dtype, threads):
+    """The rows layout's kernel: each source tile's partial equals the serial kernel's, for
+    any thread count, sizes that are not multiples of the blocks, with and without the
+    potential, on the diagonal too (coincident bodies with eps = 0 included)."""
+    from nbody_dask.kernels import cpu, rows
+
+    rng = np.random.default_rng(3)
+    sizes = [1, 37, 2 * rows.TARGET_BLOCK + 3, 5]
+    pos = [rng.normal(size=(3, s)).astype(dtype) for s in sizes]
+    pos[2][:, 7] = pos[2][:, 8]  # a coincident pair inside one tile
+    mass = [rng.random(s).astype(dtype) for s in sizes]
+    all_pos, all_mass = np.concatenate(pos, axis=1), np.concatenate(mass)
+    starts = np.cumsum([0] + sizes)
+    for eps2 in (dtype(0), dtype(1e-3)):
+        for i in range(len(sizes)):
+            for with_potential in (False, True):
+                rows.set_threads(threads)
+                out = rows.row_forces(*pos[i], *all_pos, all_mass, starts, eps2,
+                                      with_potential, i)
+                for j in range(len(sizes)):
+                    serial = cpu.tile_pair_forces(pos[i], pos[j], mass[j], eps2,
+                                                  with_potential, i == j)
+                    np.testing.assert_array_equal(out[j], serial)
+                    assert np.isfinite(out[j]).all()
+
+
+def test_parallel_row_kernel_is_safe_from_concurrent_threads():
+    """Dask runs tasks on several threads of one process: the threading layer must allow
+    concurrent parallel calls (Numba's default workqueue layer aborts the process)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numba
+
+    from nbody_dask.kernels import rows
+
+    rng = np.random.default_rng(4)
+    pos, mass = rng.normal(size=(3, 600)), rng.random(600)
+    starts = np.array([0, 300, 600])
+
+    def call(_):
+        return rows.row_forces(*pos[:, :300], *pos, mass, starts, 0.01, True, 0)
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(call, range(16)))
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
+    assert numba.threading_layer() in {"omp", "tbb"}
