@@ -6,7 +6,9 @@ Formats, chosen by the path:
 * ``.nc`` / ``.nc4`` / ``.cdf`` (netCDF, through xarray), and
 * Zarr (a directory, or a name ending in ``.zarr``): a body set written by :func:`save_bodies`
   or ``xr.Dataset.to_zarr``, or an nbody_dask trajectory, of which one committed snapshot
-  is taken (the last by default) with its time, so that a run continues from there.
+  is taken (the last by default) with its time, so that a run continues from there;
+* ``.hdf5`` / ``.h5`` / ``.hdf``: a GADGET-layout snapshot as GADGET-4, AREPO and SWIFT write
+  them (:mod:`nbody_dask.gadget`; needs h5py).
 
 A dataset with a ``time`` dimension is treated as a trajectory too. Loaded sets are validated
 by :func:`nbody_dask.as_bodies` like any other input.
@@ -23,6 +25,7 @@ import zarr
 
 from . import __version__
 from .bodies import as_bodies, make_bodies
+from .gadget import SUFFIXES, read_gadget, write_gadget
 from .storage import check_store_path, consolidate_metadata, is_trajectory_store, open_trajectory
 
 __all__ = ["load_bodies", "save_bodies"]
@@ -38,8 +41,10 @@ def _format(path: Path) -> str:
         return "netcdf"
     if suffix == ".zarr" or path.is_dir():
         return "zarr"
+    if suffix in SUFFIXES:
+        return "gadget"
     raise ValueError(f"cannot tell the format of {str(path)!r}: use a name ending in .npz, "
-                     f"{', '.join(_NETCDF)} or .zarr")
+                     f"{', '.join(_NETCDF)}, .zarr or {', '.join(SUFFIXES)} (GADGET HDF5)")
 
 
 def load_bodies(path: str | os.PathLike, *, snapshot: int = -1) -> xr.Dataset:
@@ -77,6 +82,8 @@ def load_bodies(path: str | os.PathLike, *, snapshot: int = -1) -> xr.Dataset:
                                  f"{sorted(data.files)}")
             arrays = {k: data[k] for k in ("position", "velocity", "mass") if k in data}
         return make_bodies(**arrays)
+    if kind == "gadget":
+        return read_gadget(path)
     if kind == "zarr" and is_trajectory_store(path):
         ds = open_trajectory(path)
     elif kind == "zarr":
@@ -99,7 +106,8 @@ def load_bodies(path: str | os.PathLike, *, snapshot: int = -1) -> xr.Dataset:
 
 
 def save_bodies(bodies: xr.Dataset, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
-    """Write a body set to ``.npz``, netCDF or Zarr (chosen by ``path``), for ``run --ic FILE``.
+    """Write a body set to ``.npz``, netCDF, Zarr or GADGET HDF5 (chosen by ``path``), for
+    ``run --ic FILE`` or for other codes (a trajectory snapshot keeps its ``time``).
 
     Raises
     ------
@@ -108,9 +116,11 @@ def save_bodies(bodies: xr.Dataset, path: str | os.PathLike, *, overwrite: bool 
     ValueError
         For an unknown format, or ``overwrite`` of a directory that is not a Zarr store.
     """
-    ds = as_bodies(bodies)
     path = Path(path)
     kind = "zarr" if path.suffix.lower() == ".zarr" else _format(path)
+    if kind == "gadget":
+        return write_gadget(bodies, path, overwrite=overwrite)
+    ds = as_bodies(bodies)
     if kind == "zarr":
         check_store_path(path, overwrite)  # refuses to replace anything that is not Zarr
         # object strings: Zarr v3's specified variable-length string type

@@ -1,4 +1,5 @@
-"""The ``nbody-dask`` command line: ``run``, ``resume``, ``info``, ``ic``, ``plot``, ``bench``.
+"""The ``nbody-dask`` command line: ``run``, ``resume``, ``info``, ``ic``, ``export``, ``plot``,
+``bench``.
 
 Errors from bad options or input are one line on stderr and a non-zero exit code
 (2 for usage errors, 1 for everything else), never a traceback.
@@ -254,7 +255,8 @@ def _parse_params(_ctx, _param, values: tuple[str, ...]) -> dict[str, Any]:
               "(repeatable; see the generator's docstring).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing file.")
 def ic_command(kind, output, n, seed, params, overwrite) -> None:
-    """Write initial conditions KIND to OUTPUT (.npz, .nc or .zarr), for run --ic OUTPUT."""
+    """Write initial conditions KIND to OUTPUT (.npz, .nc, .zarr or GADGET .hdf5), for
+    run --ic OUTPUT."""
     from .bodyfiles import save_bodies
     from .initial_conditions import generate
 
@@ -262,6 +264,24 @@ def ic_command(kind, output, n, seed, params, overwrite) -> None:
         bodies = generate(kind, n, seed, **params)
         save_bodies(bodies, output, overwrite=overwrite)
         click.echo(f"wrote {bodies.sizes['body']} bodies ({kind}) to {output}")
+
+
+@main.command()
+@click.argument("source", type=click.Path())
+@click.argument("output", type=click.Path())
+@click.option("--snapshot", type=int, default=-1, show_default=True,
+              help="Snapshot of a trajectory to export (negative from the end).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing file.")
+def export(source, output, snapshot, overwrite) -> None:
+    """Write one snapshot of SOURCE (a trajectory or body file) to OUTPUT: GADGET/SWIFT HDF5
+    (.hdf5, .h5: readable by GADGET-4, AREPO, SWIFT, pynbody, yt), .npz, .nc or .zarr."""
+    from .bodyfiles import load_bodies, save_bodies
+
+    with _errors_as_messages():
+        bodies = load_bodies(source, snapshot=snapshot)
+        save_bodies(bodies, output, overwrite=overwrite)
+        at = f" at time {float(bodies['time']):g}" if "time" in bodies.coords else ""
+        click.echo(f"wrote {bodies.sizes['body']} bodies{at} to {output}")
 
 
 @main.command()

@@ -13,6 +13,7 @@ MODULES = {
     "nbody_dask": None,
     "nbody_dask.initial_conditions": None,
     "nbody_dask.bodyfiles": None,
+    "nbody_dask.gadget": None,
     "nbody_dask.analysis": {"DEFAULT_FRACTIONS"},
     "nbody_dask.plot": {"KINDS"},
     "nbody_dask.clusters": {"KINDS", "client_context", "total_threads"},

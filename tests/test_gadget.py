@@ -1,0 +1,114 @@
+"""GADGET/SWIFT-layout HDF5 snapshots: round trip, files from other codes, pynbody, CLI."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import nbody_dask
+from nbody_dask.bodyfiles import load_bodies, save_bodies
+from nbody_dask.cli import main
+from nbody_dask.gadget import read_gadget
+
+h5py = pytest.importorskip("h5py")
+
+
+def test_round_trip_is_exact(tmp_path):
+    ds = nbody_dask.plummer(97, seed=3).assign_coords(body=np.arange(97) * 7 + 5)
+    path = save_bodies(ds, tmp_path / "ic.hdf5")
+    back = load_bodies(path)
+    for name in ("position", "velocity", "mass"):
+        np.testing.assert_array_equal(back[name].values, ds[name].values)
+    np.testing.assert_array_equal(back.body.values, ds.body.values)
+    with h5py.File(path) as f:
+        header = f["Header"].attrs
+        assert list(header["NumPart_ThisFile"]) == [0, 97, 0, 0, 0, 0]
+        assert f["PartType1/Coordinates"].shape == (97, 3)
+        assert f["PartType1/ParticleIDs"][3] == 26
+    with pytest.raises(FileExistsError, match="pass overwrite=True"):
+        save_bodies(ds, path)
+
+
+def _other_codes_file(path):
+    """A file as GADGET-4 writes it: a mass table for one type, two types, a start time."""
+    rng = np.random.default_rng(0)
+    with h5py.File(path, "w") as f:
+        header = f.create_group("Header")
+        header.attrs["NumPart_ThisFile"] = np.array([0, 5, 3, 0, 0, 0], dtype=np.uint32)
+        header.attrs["NumPart_Total"] = header.attrs["NumPart_ThisFile"]
+        header.attrs["MassTable"] = np.array([0, 0.1, 0, 0, 0, 0])
+        header.attrs["Time"] = 0.25
+        header.attrs["NumFilesPerSnapshot"] = 1
+        for k, n in ((1, 5), (2, 3)):
+            g = f.create_group(f"PartType{k}")
+            g["Coordinates"] = rng.normal(size=(n, 3)).astype(np.float32)
+            g["Velocities"] = rng.normal(size=(n, 3)).astype(np.float32)
+            g["ParticleIDs"] = np.arange(n, dtype=np.uint32) + 100 * k
+            if k == 2:
+                g["Masses"] = np.full(n, 0.05, dtype=np.float32)
+
+
+def test_reads_a_file_written_by_another_code(tmp_path):
+    path = tmp_path / "snap_000.hdf5"
+    _other_codes_file(path)
+    ds = load_bodies(path)
+    assert ds.sizes["body"] == 8 and float(ds.time) == 0.25
+    assert list(ds.body.values) == [100, 101, 102, 103, 104, 200, 201, 202]
+    np.testing.assert_allclose(ds.mass.values, [0.1] * 5 + [0.05] * 3, rtol=1e-7)
+    with h5py.File(path) as f:
+        np.testing.assert_array_equal(ds.position.values[5:], f["PartType2/Coordinates"][...])
+    assert read_gadget(path, types=(2,)).sizes["body"] == 3
+
+
+def test_a_gadget_ic_file_runs_from_the_cli(tmp_path):
+    ic = tmp_path / "ic.hdf5"
+    _other_codes_file(ic)
+    store = tmp_path / "run.zarr"
+    result = CliRunner().invoke(main, ["run", "--ic", str(ic), "--steps", "4", "--dt", "0.01",
+                                       "--snapshot-every", "2", "--no-progress", "--store",
+                                       str(store)])
+    assert result.exit_code == 0, result.output
+    traj = nbody_dask.open_trajectory(store)
+    assert float(traj.time[0]) == 0.25 and traj.sizes["body"] == 8
+    assert list(traj.body.values[:2]) == [100, 101]
+
+
+def test_export_is_opened_by_pynbody_with_the_same_values(tmp_path):
+    pynbody = pytest.importorskip("pynbody")
+    traj = nbody_dask.simulate(nbody_dask.plummer(64, seed=2), steps=4, dt=0.01,
+                               softening=0.05, snapshot_every=2, store=tmp_path / "run.zarr",
+                               progress=False)
+    out = tmp_path / "snap.hdf5"
+    result = CliRunner().invoke(main, ["export", str(tmp_path / "run.zarr"), str(out),
+                                       "--snapshot", "1"])
+    assert result.exit_code == 0, result.output
+    assert "wrote 64 bodies at time 0.02" in result.output
+    snap = traj.isel(time=1).load()
+    with warnings.catch_warnings():  # pynbody: "no unit information" (N-body units have none)
+        warnings.simplefilter("ignore")
+        sim = pynbody.load(str(out))
+        position, velocity, mass, ids = (np.asarray(sim[k])
+                                         for k in ("pos", "vel", "mass", "iord"))
+    np.testing.assert_array_equal(position, snap.position.values)
+    np.testing.assert_array_equal(velocity, snap.velocity.values)
+    np.testing.assert_array_equal(mass, snap.mass.values)
+    np.testing.assert_array_equal(ids, snap.body.values)
+
+
+def test_bad_files_are_refused_clearly(tmp_path):
+    bad = tmp_path / "no-header.hdf5"
+    with h5py.File(bad, "w") as f:
+        f.create_group("PartType1")
+    with pytest.raises(ValueError, match="no Header group: not a GADGET-layout"):
+        load_bodies(bad)
+    missing = tmp_path / "missing.hdf5"
+    with h5py.File(missing, "w") as f:
+        f.create_group("Header").attrs["NumPart_ThisFile"] = [0, 2, 0, 0, 0, 0]
+        f.create_group("PartType1")["Coordinates"] = np.zeros((2, 3))
+    with pytest.raises(ValueError, match="PartType1 has no Velocities dataset"):
+        load_bodies(missing)
+    result = CliRunner().invoke(main, ["run", "--ic", str(missing), "--no-progress"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
