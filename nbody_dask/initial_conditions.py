@@ -274,33 +274,21 @@ def merger(
                    bodies_per_sphere=[n - n2, n2])
 
 
-def _bessel_i(order: int, y: np.ndarray) -> np.ndarray:
-    """Modified Bessel function I_order(y), integer order: (1/pi) int_0^pi e^{y cos t} cos(nt)."""
-    t = np.linspace(0.0, math.pi, 257)
-    f = np.exp(np.multiply.outer(y, np.cos(t))) * np.cos(order * t)
-    return np.trapezoid(f, t, axis=-1) / math.pi
-
-
-def _bessel_k(order: int, y: np.ndarray) -> np.ndarray:
-    """Modified Bessel function K_order(y), y > 0: int_0^inf e^{-y cosh t} cosh(nt) dt."""
-    y = np.asarray(y, dtype=float)
-    t_max = np.arccosh(1.0 + 60.0 / y)  # the integrand is below e^-60 beyond
-    t = np.linspace(0.0, 1.0, 1025) * t_max[..., None]
-    f = np.exp(-y[..., None] * np.cosh(t)) * np.cosh(order * t)
-    return np.trapezoid(f, t, axis=-1)
-
-
 def freeman_circular_speed(radius: Any, *, mass: float = 1.0, scale_length: float = 1.0,
                            G: float = 1.0) -> np.ndarray:
     """Circular speed in the plane of a razor-thin exponential disk (Freeman 1970).
 
     ``v_c^2 = 4 pi G Sigma_0 R_d y^2 [I0(y) K0(y) - I1(y) K1(y)]`` with ``y = R / (2 R_d)``
-    and ``Sigma_0 = M / (2 pi R_d^2)``.
+    and ``Sigma_0 = M / (2 pi R_d^2)``. The products are taken from the exponentially scaled
+    Bessel functions of :mod:`scipy.special` (``I_n(y) K_n(y) = i_ne(y) k_ne(y)``), so they
+    neither overflow nor underflow at any radius.
     """
+    from scipy.special import i0e, i1e, k0e, k1e
+
     r = np.asarray(radius, dtype=float)
     y = np.maximum(r / (2.0 * scale_length), 1e-12)
     sigma0 = mass / (2.0 * math.pi * scale_length**2)
-    bracket = _bessel_i(0, y) * _bessel_k(0, y) - _bessel_i(1, y) * _bessel_k(1, y)
+    bracket = i0e(y) * k0e(y) - i1e(y) * k1e(y)
     return np.sqrt(np.maximum(4.0 * math.pi * G * sigma0 * scale_length * y * y * bracket, 0))
 
 
