@@ -113,7 +113,7 @@ def test_freeman_rotation_curve_matches_bessel_functions():
         (2.15 - 0.1) / 0.01, abs=2)  # the peak of a Freeman disk is at 2.15 R_d
     # far out the disk is a point mass (I_n K_n alone would overflow there: 0 * inf)
     far = np.array([200.0, 2000.0, 2e5])
-    np.testing.assert_allclose(freeman_circular_speed(far) ** 2 * far, 1.0, rtol=1e-4)
+    np.testing.assert_allclose(freeman_circular_speed(far) ** 2 * far, 1.0, rtol=2e-4)
 
 
 def test_disk_rotates_on_its_own_rotation_curve():
