@@ -288,15 +288,21 @@ def export(source, output, snapshot, overwrite) -> None:
 @click.argument("store", type=click.Path())
 @click.option("--out", "directory", type=click.Path(file_okay=False), default=None,
               help="Folder for the images [default: STORE without .zarr, plus -plots].")
-@click.option("--kind", "kinds", type=click.Choice(["positions", "conservation", "lagrangian",
-                                                    "animation"]),
-              multiple=True, help="Plots to make (repeatable) [default: all but animation].")
+@click.option("--kind", "kinds", type=click.Choice(["positions", "density", "conservation",
+                                                    "lagrangian", "animation"]),
+              multiple=True, help="Plots to make (repeatable) [default: positions, "
+                                  "conservation, lagrangian].")
 @click.option("--snapshot", "snapshots", type=int, multiple=True,
               help="Snapshot index for the positions plot (repeatable; negative from the end).")
 @click.option("--plane", type=click.Choice(["xy", "xz", "yz"]), default="xy", show_default=True)
+@click.option("--view", type=(float, float), default=None, metavar="INCLINATION AZIMUTH",
+              help="A rotated view for density and animation, in degrees (0 0 is xy).")
+@click.option("--style", type=click.Choice(["points", "density"]), default="points",
+              show_default=True, help="What the animation draws.")
 @click.option("--overwrite", is_flag=True, help="Replace existing images.")
-def plot(store, directory, kinds, snapshots, plane, overwrite) -> None:
-    """Plot a trajectory: positions, conservation, Lagrangian radii (PNG), animation (GIF)."""
+def plot(store, directory, kinds, snapshots, plane, view, style, overwrite) -> None:
+    """Plot a trajectory: positions, surface density, conservation, Lagrangian radii (PNG),
+    animation (GIF)."""
     import nbody_dask
     from nbody_dask import plot as plots
 
@@ -306,8 +312,8 @@ def plot(store, directory, kinds, snapshots, plane, overwrite) -> None:
             directory = str(Path(store).with_suffix("")) + "-plots"
         paths = plots.save_figures(traj, directory,
                                    kinds or ("positions", "conservation", "lagrangian"),
-                                   snapshots=snapshots or None, plane=plane,
-                                   overwrite=overwrite)
+                                   snapshots=snapshots or None, plane=plane, view=view,
+                                   style=style, overwrite=overwrite)
         for path in paths:
             click.echo(f"wrote {path}")
 

@@ -21,7 +21,8 @@ from . import analysis
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
-__all__ = ["positions", "conservation", "lagrangian_radii", "animate", "save_figures", "KINDS"]
+__all__ = ["positions", "surface_density", "conservation", "lagrangian_radii", "animate",
+           "save_figures", "KINDS"]
 
 _PLANES = {"xy": (0, 1), "xz": (0, 2), "yz": (1, 2)}
 
@@ -100,6 +101,105 @@ def positions(trajectory: xr.Dataset, snapshots: Sequence[int] | None = None, *,
     return fig
 
 
+def _projected(position: np.ndarray, plane: str,
+               view: tuple[float, float] | None) -> tuple[np.ndarray, str, str]:
+    """Positions (..., n, 3) projected to (..., n, 2) on ``plane`` or for a rotated ``view``:
+    (inclination, azimuth) in degrees, the line of sight tilted from +z by the inclination
+    after turning the system about z by the azimuth."""
+    if view is None:
+        i, j = _plane(plane)
+        return position[..., [i, j]], plane[0], plane[1]
+    inclination, azimuth = (np.radians(float(a)) for a in view)
+    ca, sa, ci, si = np.cos(azimuth), np.sin(azimuth), np.cos(inclination), np.sin(inclination)
+    x = ca * position[..., 0] - sa * position[..., 1]
+    y = sa * position[..., 0] + ca * position[..., 1]
+    return np.stack([x, ci * y - si * position[..., 2]], axis=-1), "x'", "y'"
+
+
+def _density_map(xy: np.ndarray, mass: np.ndarray, edges: np.ndarray,
+                 smoothing: float) -> np.ndarray:
+    """Mass per unit area on the pixel grid ``edges`` x ``edges`` (rows: y), smoothed."""
+    from scipy.ndimage import gaussian_filter
+
+    counts = np.histogram2d(xy[:, 0], xy[:, 1], bins=(edges, edges), weights=mass)[0].T
+    density = counts / (edges[1] - edges[0]) ** 2
+    return gaussian_filter(density, smoothing, mode="constant") if smoothing else density
+
+
+def _nice_length(width: float) -> float:
+    """A round length (1, 2 or 5 x 10^k) near a fifth of ``width``."""
+    target = width / 5
+    power = 10.0 ** np.floor(np.log10(target))
+    return float(min((1, 2, 5, 10), key=lambda m: abs(m * power - target)) * power)
+
+
+def surface_density(trajectory: xr.Dataset, snapshots: Sequence[int] | None = None, *,
+                    plane: str = "xy", view: tuple[float, float] | None = None,
+                    pixels: int | None = None, half_width: float | None = None,
+                    smoothing: float = 1.0, cmap: str = "inferno") -> Figure:
+    """Projected surface density (mass per unit area, log scale) at some snapshots.
+
+    The view for large N: a 2-D histogram of the bodies' masses, one panel per snapshot on a
+    shared logarithmic colour scale (``inferno``, perceptually uniform, by default), centred
+    on the centre of mass, with axis labels, a scale bar and a colour bar.
+
+    Parameters
+    ----------
+    trajectory : xarray.Dataset
+    snapshots : sequence of int, optional
+        Snapshot indices (negative from the end); default: first, two between, last.
+    plane : {"xy", "xz", "yz"}
+        Projection, unless ``view`` is given.
+    view : (float, float), optional
+        A rotated view: (inclination, azimuth) in degrees; (0, 0) is the ``xy`` plane, (90, 0)
+        looks along -y.
+    pixels : int, optional
+        Pixels along each axis; by default ``2 sqrt(N)`` between 64 and 512, so that dense
+        regions hold several bodies per pixel.
+    half_width : float, optional
+        Half the side of the map; by default from the first snapshot's 99th percentile.
+    smoothing : float
+        Width (pixels) of the Gaussian that smooths the histogram (mass is conserved); 0 for
+        none.
+    cmap : str
+        Matplotlib colour map.
+    """
+    from matplotlib.colors import LogNorm
+    from mpl_toolkits.axes_grid1.anchored_artists import AnchoredSizeBar
+
+    indices = _snapshot_indices(trajectory, snapshots)
+    if pixels is None:
+        pixels = int(np.clip(2 * np.sqrt(trajectory.sizes["body"]), 64, 512))
+    mass = trajectory["mass"].values
+    frames, xlabel, ylabel = _projected(trajectory["position"].isel(time=indices).values,
+                                        plane, view)
+    centres = [np.average(f, axis=0, weights=mass) for f in frames]
+    half = half_width or _extent(frames[0] - centres[0])
+    edges = np.linspace(-half, half, pixels + 1)
+    maps = [_density_map(f - c, mass, edges, smoothing)
+            for f, c in zip(frames, centres, strict=True)]
+    top = max(float(m.max()) for m in maps) or 1.0
+    norm = LogNorm(vmin=top * 1e-4, vmax=top)
+    unit = trajectory.attrs.get("length_unit", "")
+    fig = _figure(figsize=(3.2 * len(indices) + 0.8, 3.4))
+    axes = fig.subplots(1, len(indices), squeeze=False)[0]
+    for ax, k, image in zip(axes, indices, maps, strict=True):
+        shown = ax.imshow(np.where(image > 0, image, np.nan), origin="lower", norm=norm,
+                          cmap=cmap, extent=(-half, half, -half, half),
+                          interpolation="nearest")
+        ax.set_facecolor("black")
+        ax.set_title(f"t = {float(trajectory.time[k]):.4g}")
+        ax.set_xlabel(xlabel)
+        bar = _nice_length(2 * half)
+        ax.add_artist(AnchoredSizeBar(ax.transData, bar, f"{bar:g} {unit}".strip(),
+                                      "lower right", color="white", frameon=False,
+                                      size_vertical=half / 150))
+    axes[0].set_ylabel(ylabel)
+    fig.colorbar(shown, ax=list(axes), label="surface density (mass / length²)", shrink=0.9)
+    fig.suptitle(f"N = {trajectory.sizes['body']}")
+    return fig
+
+
 def conservation(trajectory: xr.Dataset) -> Figure:
     """Relative energy error, momentum drift and angular-momentum error versus time."""
     cons = analysis.conservation(trajectory).compute()
@@ -135,51 +235,74 @@ def lagrangian_radii(trajectory: xr.Dataset,
 
 
 def animate(trajectory: xr.Dataset, path: str | os.PathLike, *, plane: str = "xy",
-            fps: int = 10, max_frames: int = 200, max_bodies: int = 20_000,
-            overwrite: bool = False) -> Path:
-    """Write an animation of the projected positions: ``.gif`` (Pillow) or ``.mp4`` (ffmpeg).
+            view: tuple[float, float] | None = None, style: str = "points", fps: int = 10,
+            max_frames: int = 200, max_bodies: int = 20_000, overwrite: bool = False) -> Path:
+    """Write an animation, ``.gif`` (Pillow) or ``.mp4`` (ffmpeg), of the projected bodies:
+    ``style="points"`` draws them (at most ``max_bodies``), ``"density"`` the surface-density
+    map of :func:`surface_density` (all bodies, fixed log colour scale). ``plane`` and
+    ``view`` as in :func:`surface_density`.
 
     Raises
     ------
     FileExistsError
         If ``path`` exists and ``overwrite`` is False.
     ValueError
-        For another suffix, or a bad ``plane``.
+        For another suffix or style, or a bad ``plane``.
     RuntimeError
         For ``.mp4`` without ffmpeg on the PATH.
     """
     from matplotlib import animation
+    from matplotlib.colors import LogNorm
 
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (".gif", ".mp4"):
         raise ValueError(f"animation path must end in .gif or .mp4, got {str(path)!r}")
+    if style not in ("points", "density"):
+        raise ValueError(f"style must be 'points' or 'density', got {style!r}")
     _check_new(path, overwrite)
     if suffix == ".mp4" and not animation.FFMpegWriter.isAvailable():
         raise RuntimeError("writing .mp4 needs ffmpeg on the PATH; write a .gif instead")
-    i, j = _plane(plane)
-    count = trajectory.sizes["time"]
+    count, n = trajectory.sizes["time"], trajectory.sizes["body"]
     frames = np.unique(np.linspace(0, count - 1, min(count, max_frames)).round().astype(int))
-    n = trajectory.sizes["body"]
-    stride = max(1, -(-n // max_bodies))
-    data = trajectory["position"].isel(time=frames, body=slice(None, None, stride)).values
+    stride = 1 if style == "density" else max(1, -(-n // max_bodies))
+    body = slice(None, None, stride)
+    data, xlabel, ylabel = _projected(
+        trajectory["position"].isel(time=frames, body=body).values, plane, view)
     fig = _figure(figsize=(4.8, 4.8), dpi=80)
     ax = fig.subplots()
-    half = _extent(data[0][:, [i, j]])
-    centre = np.median(data[0][:, [i, j]], axis=0)
+    centre = np.median(data[0], axis=0)
+    half = _extent(data[0])
     ax.set_xlim(centre[0] - half, centre[0] + half)
     ax.set_ylim(centre[1] - half, centre[1] + half)
     ax.set_aspect("equal")
-    ax.set_xlabel(plane[0])
-    ax.set_ylabel(plane[1])
-    dots = ax.scatter(data[0][:, i], data[0][:, j], s=_marker_size(data.shape[1]), c="k",
-                      alpha=0.6, linewidths=0)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     title = ax.set_title("")
+    if style == "density":
+        mass = trajectory["mass"].values
+        edges = np.linspace(-half, half, int(np.clip(2 * np.sqrt(n), 64, 512)) + 1)
+        maps = [_density_map(f - centre, mass, edges, 1.0) for f in data]
+        top = max(float(m.max()) for m in maps) or 1.0
+        ax.set_facecolor("black")
+        artist = ax.imshow(np.where(maps[0] > 0, maps[0], np.nan), origin="lower",
+                           norm=LogNorm(top * 1e-4, top), cmap="inferno",
+                           extent=(centre[0] - half, centre[0] + half, centre[1] - half,
+                                   centre[1] + half))
+
+        def update(k: int) -> None:
+            artist.set_data(np.where(maps[k] > 0, maps[k], np.nan))
+    else:
+        artist = ax.scatter(data[0][:, 0], data[0][:, 1], s=_marker_size(data.shape[1]),
+                            c="k", alpha=0.6, linewidths=0)
+
+        def update(k: int) -> None:
+            artist.set_offsets(data[k])
 
     def draw(k: int):
-        dots.set_offsets(data[k][:, [i, j]])
+        update(k)
         title.set_text(f"N = {n}, t = {float(trajectory.time[frames[k]]):.4g}")
-        return dots, title
+        return artist, title
 
     movie = animation.FuncAnimation(fig, draw, frames=len(frames), blit=False)
     writer = animation.PillowWriter(fps=fps) if suffix == ".gif" else animation.FFMpegWriter(fps)
@@ -187,14 +310,16 @@ def animate(trajectory: xr.Dataset, path: str | os.PathLike, *, plane: str = "xy
     return path
 
 
-KINDS = ("positions", "conservation", "lagrangian", "animation")
+KINDS = ("positions", "density", "conservation", "lagrangian", "animation")
 
 
 def save_figures(trajectory: xr.Dataset, directory: str | os.PathLike,
                  kinds: Sequence[str] = ("positions", "conservation", "lagrangian"), *,
                  snapshots: Sequence[int] | None = None, plane: str = "xy",
+                 view: tuple[float, float] | None = None, style: str = "points",
                  overwrite: bool = False) -> list[Path]:
-    """Write the chosen plots into ``directory`` (PNG; the animation as GIF); return the paths.
+    """Write the chosen plots into ``directory`` (PNG; the animation as GIF, in ``style``);
+    return the paths. ``view`` (a rotated view) applies to the density map and animation.
 
     Every target file is checked before anything is drawn: existing files are an error
     unless ``overwrite``.
@@ -211,10 +336,12 @@ def save_figures(trajectory: xr.Dataset, directory: str | os.PathLike,
     directory.mkdir(parents=True, exist_ok=True)
     for kind, target in targets.items():
         if kind == "animation":
-            animate(trajectory, target, plane=plane, overwrite=True)
+            animate(trajectory, target, plane=plane, view=view, style=style, overwrite=True)
             continue
         if kind == "positions":
             fig = positions(trajectory, snapshots, plane=plane)
+        elif kind == "density":
+            fig = surface_density(trajectory, snapshots, plane=plane, view=view)
         elif kind == "conservation":
             fig = conservation(trajectory)
         else:

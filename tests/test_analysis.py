@@ -63,3 +63,40 @@ def test_figures(trajectory, tmp_path):
     with pytest.raises(ValueError, match="must end in .gif or .mp4"):
         plot.animate(trajectory, tmp_path / "movie.avi")
     assert not list(tmp_path.iterdir())  # nothing written by refused calls
+
+
+def _png_is_not_blank(path):
+    from PIL import Image
+
+    with Image.open(path) as image:
+        assert image.format == "PNG"
+        pixels = np.asarray(image.convert("L"), dtype=float)
+    assert pixels.std() > 10  # not one flat colour
+    return pixels
+
+
+def test_surface_density_maps(trajectory, tmp_path):
+    pytest.importorskip("matplotlib")
+    from nbody_dask import plot
+
+    fig = plot.surface_density(trajectory, snapshots=[0, -1], pixels=64)
+    image = fig.axes[0].get_images()[0].get_array()
+    assert image.shape == (64, 64)
+    half = (fig.axes[0].get_xlim()[1] - fig.axes[0].get_xlim()[0]) / 2
+    pixel_area = (2 * half / 64) ** 2  # mass is conserved on the map, less what lies outside
+    inside = float(np.nansum(image)) * pixel_area
+    assert 0.9 < inside <= 1.0 + 1e-9
+    assert fig.axes[0].get_xlabel() == "x" and "surface density" in fig.axes[-1].get_ylabel()
+    rotated = plot.surface_density(trajectory, snapshots=[0], view=(90, 0), smoothing=0)
+    assert rotated.axes[0].get_xlabel() == "x'"
+    # (90, 0) looks along -y: the map is the x-z plane
+    xz = plot.surface_density(trajectory, snapshots=[0], plane="xz", smoothing=0)
+    np.testing.assert_allclose(np.nan_to_num(rotated.axes[0].get_images()[0].get_array()),
+                               np.nan_to_num(xz.axes[0].get_images()[0].get_array()[::-1]),
+                               atol=1e-9)
+    paths = plot.save_figures(trajectory, tmp_path, kinds=["density", "animation"],
+                              view=(30, 45), style="density")
+    _png_is_not_blank(paths[0])
+    assert paths[1].stat().st_size > 1000
+    with pytest.raises(ValueError, match="style must be 'points' or 'density'"):
+        plot.animate(trajectory, tmp_path / "x.gif", style="blobs")
