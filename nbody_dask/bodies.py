@@ -51,8 +51,10 @@ def make_bodies(
     mass: Any | None = None,
     *,
     body: Any | None = None,
+    length_unit: Any | None = None,
+    mass_unit: Any | None = None,
 ) -> xr.Dataset:
-    """Build a validated body set from plain arrays.
+    """Build a validated body set from plain arrays, or from astropy quantities.
 
     Parameters
     ----------
@@ -64,12 +66,28 @@ def make_bodies(
         Masses; ``1 / n`` each (total mass 1) when omitted. A scalar is given to every body.
     body : array_like of int, shape (n,), optional
         Body identifiers; ``0 .. n-1`` when omitted.
+    length_unit, mass_unit : astropy.units.Quantity, optional
+        With quantities: the code units (see :mod:`nbody_dask.units`); by default one of the
+        positions' unit and the total mass.
 
     Returns
     -------
     xarray.Dataset
-        ``position(body, axis)``, ``velocity(body, axis)``, ``mass(body)``, float64.
+        ``position(body, axis)``, ``velocity(body, axis)``, ``mass(body)``, float64. Given
+        quantities (positions in kpc, velocities in km/s, masses in solar masses, any
+        consistent set), the values are in code units with G = 1 and the attributes
+        ``length_unit``, ``mass_unit``, ``time_unit``, ``velocity_unit`` say what one code
+        unit is; give ``dt`` and the softening of :func:`nbody_dask.simulate` in those units.
     """
+    from .units import is_quantity, to_code_units
+
+    system = None
+    if any(is_quantity(v) for v in (position, velocity, mass)):
+        position, velocity, mass, system = to_code_units(
+            position, velocity, mass, length_unit=length_unit, mass_unit=mass_unit)
+    elif length_unit is not None or mass_unit is not None:
+        raise ValueError("length_unit and mass_unit go with positions, velocities and masses "
+                         "given as astropy quantities")
     pos = _as_float_array("position", position)
     n = pos.shape[0] if pos.ndim == 2 else 0
     vel = np.zeros_like(pos) if velocity is None else _as_float_array("velocity", velocity)
@@ -89,7 +107,10 @@ def make_bodies(
         },
         coords={"body": ids, "axis": list(AXES)},
     )
-    return as_bodies(ds)
+    ds = as_bodies(ds)
+    if system is not None:
+        ds.attrs.update(system.attrs())
+    return ds
 
 
 def as_bodies(bodies: Any) -> xr.Dataset:

@@ -139,9 +139,11 @@ def kepler(
     eccentricity : float
         Orbital eccentricity, ``0 <= e < 1``.
     masses : (float, float)
-        Masses of the two bodies (> 0).
+        Masses of the two bodies (> 0); or mass quantities (``1 * u.solMass``).
     semi_major_axis : float
-        Semi-major axis of the relative orbit.
+        Semi-major axis of the relative orbit; or a length quantity (``1 * u.AU``). With
+        quantities the code units are ``a`` and the total mass (G = 1,
+        :mod:`nbody_dask.units`), so that the period is ``2 pi`` code time units.
     G : float
         Gravitational constant.
 
@@ -151,6 +153,15 @@ def kepler(
         The two bodies; ``attrs["period"]`` is the orbital period
         ``2 pi sqrt(a^3 / (G M))`` and ``attrs["energy"]`` the exact energy ``-G m1 m2 / 2a``.
     """
+    from .units import UnitSystem, is_quantity
+
+    if any(is_quantity(v) for v in (*masses, semi_major_axis)):
+        if G != 1.0:
+            raise ValueError("with quantities G is the physical one: leave G=1")
+        system = UnitSystem(semi_major_axis, masses[0] + masses[1])
+        ds = kepler(eccentricity, masses=tuple(float(m / system.mass) for m in masses))
+        ds.attrs.update(system.attrs())
+        return ds
     e = check_real("eccentricity", eccentricity, nonnegative=True)
     if e >= 1:
         raise ValueError(f"eccentricity must be < 1 for a bound orbit, got {e!r}")

@@ -42,6 +42,7 @@ from .graph import fused_steps, initial_graph, key, snapshot_graph, steps_graph
 from .integrators import INTEGRATOR
 from .lease import StoreInUseError, WriterLease, refuse_if_in_use
 from .plan import LAYOUTS, Plan, submission_ends
+from .units import code_value
 from .storage import (SnapshotCommitter, check_store_path, committed_snapshots, create_store,
                       open_trajectory, store_path)
 
@@ -114,11 +115,13 @@ def simulate(
         ``time`` coordinate, if scalar, becomes the start time. Not with ``resume``.
     steps : int
         Number of steps (>= 0).
-    dt : float
+    dt : float or astropy.units.Quantity
         Step length (> 0), in the units of the bodies (Hénon N-body units for the built-in
-        initial conditions).
-    softening : float, default 0
-        Plummer softening length eps (>= 0). With eps = 0 coincident bodies exert no force.
+        initial conditions), or a time quantity for bodies given in physical units
+        (:mod:`nbody_dask.units`).
+    softening : float or astropy.units.Quantity, default 0
+        Plummer softening length eps (>= 0); a length quantity for bodies in physical units.
+        With eps = 0 coincident bodies exert no force.
     G : float, default 1
         Gravitational constant.
     store : str or Path, optional
@@ -232,7 +235,8 @@ def simulate(
             if not resume:
                 create_store(path, ds, snapshot_steps=plan.snapshot_steps(), t0=t0,
                              dt=plan.dt, dtype=resolve_dtype(plan.dtype),
-                             tile_size=plan.tile_size, attrs=_store_attrs(plan, ds))
+                             tile_size=plan.tile_size, attrs=_store_attrs(plan, ds),
+                             units=_cf_units(ds))
             with _progress(show_progress, plan.steps) as report, _stop_on_signals() as stop:
                 energy = _EnergyBound(max_energy_error, path if resume else None)
 
@@ -305,6 +309,8 @@ def _fresh_start(bodies, store, overwrite, given, backend, layout):
     given = {**given, "softening": 0.0 if given["softening"] is None else given["softening"],
              "G": 1.0 if given["G"] is None else given["G"]}
     ds = as_bodies(bodies)
+    given["dt"] = code_value("dt", given["dt"], ds.attrs, "time")
+    given["softening"] = code_value("softening", given["softening"], ds.attrs, "length")
     plan = _plan(ds.sizes["body"], **given, backend=backend, layout=layout)
     check_fits_dtype(ds, plan.dtype, dt=plan.dt, softening=plan.softening, G=plan.G,
                      dt_half=0.5 * plan.dt, softening_squared=plan.softening**2)
@@ -615,6 +621,20 @@ def _start_time(bodies: Any) -> float:
     if isinstance(bodies, xr.Dataset) and "time" in bodies.coords and bodies["time"].ndim == 0:
         return check_real("bodies.time", bodies["time"].item())
     return 0.0
+
+
+def _cf_units(ds: xr.Dataset) -> dict[str, str] | None:
+    """CF ``units`` of the store's variables when the bodies carry a physical unit system
+    that astropy reads; None otherwise (``length_unit`` and the like written by hand as free
+    text, or no astropy: the attributes are stored as they are)."""
+    if not all(k in ds.attrs for k in ("length_unit", "mass_unit")):
+        return None
+    try:
+        from .units import UnitSystem
+
+        return UnitSystem.from_attrs(ds.attrs).cf_units()
+    except (ImportError, TypeError, ValueError):
+        return None
 
 
 def _settle(plan: Plan, client: Client) -> Plan:

@@ -182,8 +182,12 @@ def create_store(
     dtype: type[np.floating],
     tile_size: int,
     attrs: dict[str, Any],
+    units: dict[str, str] | None = None,
 ) -> None:
     """Lay out an empty trajectory store for ``len(snapshot_steps)`` snapshots.
+
+    ``units`` maps variable names (and ``time``) to CF ``units`` attributes, for runs in
+    physical units (:meth:`nbody_dask.units.UnitSystem.cf_units`).
 
     Replaces whatever is at ``path`` (callers check with :func:`check_store_path` first)
     except the writer lease (:mod:`nbody_dask.lease`) of the run that calls it.
@@ -226,6 +230,8 @@ def create_store(
     ds["position"].attrs["long_name"] = "position"
     ds["velocity"].attrs["long_name"] = "velocity"
     ds["total_energy"].attrs["long_name"] = "kinetic + potential energy"
+    for name, unit in (units or {}).items():
+        ds[name].attrs["units"] = unit
     encoding = {name: {"chunks": state_chunks} for name in ("position", "velocity")}
     encoding.update({name: {"chunks": (diag_chunk,)} for name in _SCALARS})
     encoding.update({name: {"chunks": (diag_chunk, 3)} for name in _VECTORS})

@@ -20,6 +20,7 @@ MODULES = {
     "nbody_dask.k8s": None,
     "nbody_dask.lease": None,
     "nbody_dask.plan": None,
+    "nbody_dask.units": None,
     "nbody_dask.kernels.cuda": None,
 }
 
