@@ -7,9 +7,11 @@ A step costs
 
     t_step = t_kernel + t_sched + t_latency + t_worker + t_data
 
-- t_kernel = N² / (nodes · cores · r) for direct summation (``r``: interactions per second of
-  one core, the one-thread kernel rate measured by ``nbody-dask bench``; the "pairs" layout's
-  symmetric kernel counts each pair once, so ``r`` is its effective rate there);
+- t_kernel = N² / (nodes · cores · r · e) for direct summation (``r``: interactions per second
+  of one core, the one-thread kernel rate measured by ``nbody-dask bench``; the "pairs"
+  layout's symmetric kernel counts each pair once, so ``r`` is its effective rate there;
+  ``e``: the parallel efficiency of a node's cores, ``--kernel-efficiency``, measured by
+  ``benchmarks/rows_threads.py``);
 - t_sched = s_task · tasks + s_edge · edges: the scheduler is one process, so its CPU time per
   step is serial; ``s_task`` and ``s_edge`` are fitted to the scheduler CPU measured in the
   simulated runs (edges: task dependencies of a step, counted from the graph);
@@ -101,7 +103,8 @@ def fit(rows: list[dict], cores: int) -> dict:
     return consts
 
 
-def project(n: int, nodes: int, cores: int, layout: str, rate: float, consts: dict) -> dict:
+def project(n: int, nodes: int, cores: int, layout: str, rate: float, consts: dict,
+            efficiency: float = 1.0) -> dict:
     """Predicted step time of direct summation on ``nodes`` nodes of ``cores`` cores."""
     if layout == "rows":
         plan = Plan(n=n, steps=1, dt=1.0, layout="rows").settle(nodes, nodes, "cpu")
@@ -113,7 +116,7 @@ def project(n: int, nodes: int, cores: int, layout: str, rate: float, consts: di
     # cores), now spread over the nodes; one process per node, so no oversubscription
     per_task, per_edge = (consts["cores"] * consts[k] for k in ("c_task", "c_edge"))
     parts = {
-        "kernel": interactions / (nodes * cores * rate),
+        "kernel": interactions / (nodes * cores * rate * efficiency),
         "scheduler": consts["s_task"] * shape["tasks"] + consts["s_edge"] * shape["edges"],
         "latency": consts["latency"] * shape["waves"],
         "workers": (per_task * shape["tasks"] + per_edge * shape["edges"]) / nodes,
@@ -134,6 +137,9 @@ def main() -> int:
                         help="one-core symmetric kernel rate (N² counted); default 1.4 x "
                              "--kernel-rate")
     parser.add_argument("--cores", type=int, default=2, help="cores of the simulating machine")
+    parser.add_argument("--kernel-efficiency", type=float, default=1.0,
+                        help="parallel efficiency of a node's kernel (rows_threads.py: speed-up "
+                             "on all cores / cores)")
     parser.add_argument("--json", dest="json_path", default=None)
     args = parser.parse_args()
     measured = {}
@@ -159,7 +165,7 @@ def main() -> int:
         for nodes in (16, 64, 256):
             for layout in ("pairs", "rows"):
                 rate = symmetric if layout == "pairs" else args.kernel_rate
-                p = project(n, nodes, 64, layout, rate, consts)
+                p = project(n, nodes, 64, layout, rate, consts, args.kernel_efficiency)
                 projections.append(p)
                 print(f"| {n:,} | {nodes} | {layout} | {p['tasks']} | {p['kernel_s']:.3f} | "
                       f"{p['scheduler_s']:.3f} | {p['latency_s']:.4f} | {p['workers_s']:.4f} "

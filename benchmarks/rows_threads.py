@@ -70,6 +70,7 @@ def simulate_layouts(n: int, cores: int) -> dict:
                 start = time.perf_counter()
                 nbody_dask.simulate(bodies, steps=steps, dt=1 / 256, softening=0.01,
                                     dtype="float32", snapshot_every=10, layout=layout,
+                                    backend="cpu",
                                     client=client, progress=False)
                 return time.perf_counter() - start
 
