@@ -18,7 +18,7 @@ import dask
 from distributed import Client, LocalCluster
 
 from . import config
-from .plan import LAYOUTS
+from .plan import check_layout
 
 __all__ = ["KINDS", "make", "local", "slurm", "cuda", "kubernetes", "connect", "client_context",
            "total_threads", "shaped_layout"]
@@ -97,8 +97,7 @@ def slurm(jobs: int = 1, layout: str = "rows", **kwargs: Any):
     ValueError
         For an unknown layout, or ``layout="rows"`` with ``processes`` other than 1.
     """
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    check_layout(layout)
     jobqueue = _optional("dask_jobqueue", "slurm", "nbody_dask.clusters.slurm")
     kwargs.setdefault("python", sys.executable)
     if layout == "rows":

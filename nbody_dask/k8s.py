@@ -19,7 +19,7 @@ from typing import Any
 
 from . import config
 from ._validate import check_int
-from .plan import LAYOUTS
+from .plan import check_layout
 
 __all__ = ["cluster_spec", "worker_group_spec"]
 
@@ -49,8 +49,7 @@ def _settings(**given: Any) -> dict[str, Any]:
     check_int("n_workers", s["n_workers"], 0)
     check_int("worker_cpu", s["worker_cpu"], 1)
     check_int("gpus_per_worker", s["gpus_per_worker"], 0)
-    if s["layout"] not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {s['layout']!r}")
+    check_layout(s["layout"])
     memory = s["worker_memory"]
     if not isinstance(memory, str) or not _QUANTITY.match(memory):
         raise ValueError(f"worker_memory must be a Kubernetes quantity such as '4Gi', "

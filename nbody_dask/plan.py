@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-__all__ = ["LAYOUTS", "Plan", "Part", "tile_bounds", "auto_tile_size", "reduction_groups",
-           "submission_ends"]
+__all__ = ["LAYOUTS", "check_layout", "Plan", "Part", "tile_bounds", "auto_tile_size",
+           "reduction_groups", "submission_ends"]
 
 LAYOUTS = ("pairs", "rows")
 
@@ -34,6 +34,13 @@ Part = tuple[tuple[int, int], int | None]
 """A partial force on a target tile: ``((i, j), side)``, the tile-pair task ``(i, j)`` and,
 for a symmetric task, which of its two results (0: on tile ``i``, 1: on tile ``j``); None for
 a task whose one result is the force on its target."""
+
+
+def check_layout(layout: object) -> str:
+    """``layout`` if it names a layout (:data:`LAYOUTS`), else a ValueError naming it."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    return str(layout)
 
 
 def tile_bounds(n: int, tile_size: int) -> list[tuple[int, int]]:
@@ -174,8 +181,7 @@ class Plan:
     layout: str = "pairs"
 
     def __post_init__(self) -> None:
-        if self.layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
+        check_layout(self.layout)
         if self.layout == "rows" and self.backend == "cuda":
             raise ValueError("layout='rows' runs the parallel CPU kernel; backend='cuda' "
                              "needs layout='pairs'")

@@ -41,7 +41,7 @@ from .diagnostics import as_record
 from .graph import fused_steps, initial_graph, key, snapshot_graph, steps_graph
 from .integrators import INTEGRATOR
 from .lease import StoreInUseError, WriterLease, refuse_if_in_use
-from .plan import LAYOUTS, Plan, submission_ends
+from .plan import Plan, check_layout, submission_ends
 from .units import code_value
 from .storage import (SnapshotCommitter, check_store_path, committed_snapshots, create_store,
                       open_trajectory, store_path)
@@ -55,19 +55,10 @@ def _optional_int(name: str, value: Any, minimum: int) -> int | None:
     return None if value is None else check_int(name, value, minimum)
 
 
-def _check_layout(layout: Any) -> str:
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    return str(layout)
-
-
 def _plan(n, steps, dt, softening, G, snapshot_every, dtype, tile_size, split_every, backend,
           layout) -> Plan:
     """Validate a run's parameters (config defaults filled in) into its :class:`Plan`."""
-    layout = _check_layout(config.get("layout", layout))
-    if layout == "rows" and backend == "cuda":
-        raise ValueError("layout='rows' runs the parallel CPU kernel: it needs backend='cpu' "
-                         "or 'auto', got backend='cuda'")
+    layout = check_layout(config.get("layout", layout))  # Plan refuses rows with cuda
     return Plan(
         n=n,
         steps=check_int("steps", steps, 0),
@@ -333,7 +324,7 @@ def _resume_point(bodies, store, overwrite, given, backend, layout):
     ds = open_trajectory(path)  # validates the store
     plan = _stored_plan(ds, backend)
     if layout is not None:
-        given = {**given, "layout": _check_layout(layout)}
+        given = {**given, "layout": check_layout(layout)}
     for name, value in given.items():
         if value is None:
             continue
