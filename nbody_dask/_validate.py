@@ -1,12 +1,23 @@
-"""Checks of scalar arguments at the public boundary; each error names the parameter."""
+"""Checks of arguments at the public boundary; each error names the parameter or path."""
 
 from __future__ import annotations
 
 import math
 import numbers
+from pathlib import Path
 from typing import Any
 
-__all__ = ["check_int", "check_real"]
+__all__ = ["check_int", "check_real", "check_new_file"]
+
+
+def check_new_file(path: Path, overwrite: bool) -> None:
+    """Refuse to write the file ``path`` over a directory, or over a file unless
+    ``overwrite`` (ValueError, FileExistsError)."""
+    if path.is_dir():
+        raise ValueError(f"{str(path)!r} is a directory")
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{str(path)!r} exists; pass overwrite=True (--overwrite) to "
+                              "replace it")
 
 
 def check_int(name: str, value: Any, minimum: int) -> int:

@@ -24,6 +24,7 @@ import xarray as xr
 import zarr
 
 from . import __version__
+from ._validate import check_new_file
 from .bodies import as_bodies, make_bodies
 from .gadget import SUFFIXES, read_gadget, write_gadget
 from .storage import check_store_path, consolidate_metadata, is_trajectory_store, open_trajectory
@@ -129,11 +130,7 @@ def save_bodies(bodies: xr.Dataset, path: str | os.PathLike, *, overwrite: bool 
         ds.to_zarr(path, mode="w", zarr_format=3, consolidated=False)
         consolidate_metadata(path)
         return path
-    if path.is_dir():
-        raise ValueError(f"{str(path)!r} is a directory")
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"{str(path)!r} exists; pass overwrite=True (--overwrite) to "
-                              "replace it")
+    check_new_file(path, overwrite)
     if kind == "npz":
         with open(path, "wb") as f:
             np.savez(f, position=ds.position.values, velocity=ds.velocity.values,

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from ._validate import check_new_file
 from .bodies import as_bodies, make_bodies
 
 __all__ = ["read_gadget", "write_gadget", "SUFFIXES"]
@@ -128,17 +129,15 @@ def write_gadget(bodies: xr.Dataset, path: str | os.PathLike, *,
     ------
     FileExistsError
         If ``path`` exists and ``overwrite`` is False.
+    ValueError
+        If ``path`` is a directory.
     """
     h5py = _h5py()
     time = float(bodies["time"]) if "time" in bodies.coords and bodies["time"].ndim == 0 \
         else 0.0
     ds = as_bodies(bodies)
     path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"{str(path)!r} is a directory")
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"{str(path)!r} exists; pass overwrite=True (--overwrite) to "
-                              "replace it")
+    check_new_file(path, overwrite)
     n = ds.sizes["body"]
     labels = ds["body"].values
     integer = np.issubdtype(labels.dtype, np.integer) and (labels >= 0).all()

@@ -17,6 +17,7 @@ import numpy as np
 import xarray as xr
 
 from . import analysis
+from ._validate import check_new_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -260,7 +261,7 @@ def animate(trajectory: xr.Dataset, path: str | os.PathLike, *, plane: str = "xy
         raise ValueError(f"animation path must end in .gif or .mp4, got {str(path)!r}")
     if style not in ("points", "density"):
         raise ValueError(f"style must be 'points' or 'density', got {style!r}")
-    _check_new(path, overwrite)
+    check_new_file(path, overwrite)
     if suffix == ".mp4" and not animation.FFMpegWriter.isAvailable():
         raise RuntimeError("writing .mp4 needs ffmpeg on the PATH; write a .gif instead")
     count, n = trajectory.sizes["time"], trajectory.sizes["body"]
@@ -332,7 +333,7 @@ def save_figures(trajectory: xr.Dataset, directory: str | os.PathLike,
     directory = Path(directory)
     targets = {k: directory / (f"{k}.gif" if k == "animation" else f"{k}.png") for k in kinds}
     for target in targets.values():
-        _check_new(target, overwrite)
+        check_new_file(target, overwrite)
     directory.mkdir(parents=True, exist_ok=True)
     for kind, target in targets.items():
         if kind == "animation":
@@ -348,9 +349,3 @@ def save_figures(trajectory: xr.Dataset, directory: str | os.PathLike,
             fig = lagrangian_radii(trajectory)
         fig.savefig(target, dpi=120)
     return list(targets.values())
-
-
-def _check_new(path: Path, overwrite: bool) -> None:
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"{str(path)!r} exists; pass overwrite=True (--overwrite) to "
-                              "replace it")
