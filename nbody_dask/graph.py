@@ -181,21 +181,30 @@ def _forces(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence,
         else:
             dsk[key(token, "pair", step, i, j)] = (symmetric_pair_forces, tiles[i], tiles[j],
                                                    plan.softening, with_potential)
-    out = []
+    out, groups = [], plan.groups()
     for i in range(t):
         parts = [(key(token, "pair", step, *pair), side) for pair, side in plan.parts(i)]
-        for level, ranges in enumerate(plan.groups()):
-            combined = []
-            for g, (lo, hi) in enumerate(ranges):
-                name = key(token, f"combine{level}", step, i, g)
-                dsk[name] = (sum_sides, [s for _, s in parts[lo:hi]],
-                             *[p for p, _ in parts[lo:hi]])
-                combined.append((name, None))
-            parts = combined
+        parts = _combine(dsk, parts, groups,
+                         lambda level, g, i=i: key(token, f"combine{level}", step, i, g))
         out.append(key(token, "kick", step, i))
         dsk[out[-1]] = (close, step, tiles[i], plan.G, dt, [s for _, s in parts],
                         *[p for p, _ in parts])
     return out
+
+
+def _combine(dsk: Graph, parts: list[tuple[str, int | None]], groups: list,
+             name) -> list[tuple[str, int | None]]:
+    """Add the combine tasks of the reduction tree ``groups`` over ``parts`` (``(key, side)``
+    pairs, see :func:`sum_sides`), task ``g`` of level ``l`` keyed ``name(l, g)``; return the
+    at most ``split_every`` parts left for the consumer to add."""
+    for level, ranges in enumerate(groups):
+        combined = []
+        for g, (lo, hi) in enumerate(ranges):
+            combined.append((name(level, g), None))
+            dsk[combined[-1][0]] = (sum_sides, [s for _, s in parts[lo:hi]],
+                                    *[p for p, _ in parts[lo:hi]])
+        parts = combined
+    return parts
 
 
 def initial_graph(plan: Plan, token: str, tiles: Sequence, with_potential: bool = True,
@@ -240,16 +249,13 @@ def snapshot_graph(plan: Plan, token: str, tiles: Sequence, step: int, path: str
     is the run's lease id (:mod:`nbody_dask.lease`), checked before each write.
     """
     dsk: Graph = {}
-    parts = [key(token, "snapshot", step, i) for i in range(len(tiles))]
-    for name, tile in zip(parts, tiles, strict=True):
+    parts = [(key(token, "snapshot", step, i), None) for i in range(len(tiles))]
+    for (name, _), tile in zip(parts, tiles, strict=True):
         dsk[name] = (write_and_measure, path, index, tile, plan.G, token, writer)
-    for level, ranges in enumerate(plan.groups()):
-        combined = [key(token, f"diagcombine{level}", step, g) for g in range(len(ranges))]
-        for name, (lo, hi) in zip(combined, ranges, strict=True):
-            dsk[name] = (sum_in_order, *parts[lo:hi])
-        parts = combined
+    parts = _combine(dsk, parts, plan.groups(),
+                     lambda level, g: key(token, f"diagcombine{level}", step, g))
     total = key(token, "diagnostics", step)
-    dsk[total] = (sum_in_order, *parts)
+    dsk[total] = (sum_in_order, *[p for p, _ in parts])
     return dsk, total
 
 

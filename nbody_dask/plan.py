@@ -210,12 +210,15 @@ class Plan:
 
     @property
     def n_tiles(self) -> int:
-        return len(self.tile_bounds())
+        return len(range(0, self.n, self._tile_size()))
 
     def tile_bounds(self) -> list[tuple[int, int]]:
+        return tile_bounds(self.n, self._tile_size())
+
+    def _tile_size(self) -> int:
         if self.tile_size is None:
             raise ValueError("the plan has no tile size yet (see Plan.settle)")
-        return tile_bounds(self.n, self.tile_size)
+        return self.tile_size
 
     @property
     def fused(self) -> bool:
