@@ -117,14 +117,25 @@ def _projected(position: np.ndarray, plane: str,
     return np.stack([x, ci * y - si * position[..., 2]], axis=-1), "x'", "y'"
 
 
-def _density_map(xy: np.ndarray, mass: np.ndarray, edges: np.ndarray,
-                 smoothing: float) -> np.ndarray:
-    """Mass per unit area on the pixel grid ``edges`` x ``edges`` (rows: y), smoothed."""
+def _density_maps(frames: Sequence[np.ndarray], mass: np.ndarray, half: float,
+                  pixels: int | None, smoothing: float):
+    """Mass per unit area of centred projected ``frames`` on a square of side ``2 half``
+    (``pixels`` a side, default ``2 sqrt(N)`` in 64..512; rows: y), smoothed, NaN where
+    empty; and their shared log colour scale (four decades below the densest pixel)."""
+    from matplotlib.colors import LogNorm
     from scipy.ndimage import gaussian_filter
 
-    counts = np.histogram2d(xy[:, 0], xy[:, 1], bins=(edges, edges), weights=mass)[0].T
-    density = counts / (edges[1] - edges[0]) ** 2
-    return gaussian_filter(density, smoothing, mode="constant") if smoothing else density
+    if pixels is None:
+        pixels = int(np.clip(2 * np.sqrt(mass.size), 64, 512))
+    edges = np.linspace(-half, half, pixels + 1)
+    maps = []
+    for xy in frames:
+        counts = np.histogram2d(xy[:, 0], xy[:, 1], bins=(edges, edges), weights=mass)[0].T
+        density = counts / (edges[1] - edges[0]) ** 2
+        maps.append(gaussian_filter(density, smoothing, mode="constant") if smoothing
+                    else density)
+    top = max(float(m.max()) for m in maps) or 1.0
+    return [np.where(m > 0, m, np.nan) for m in maps], LogNorm(vmin=top * 1e-4, vmax=top)
 
 
 def _nice_length(width: float) -> float:
@@ -165,27 +176,21 @@ def surface_density(trajectory: xr.Dataset, snapshots: Sequence[int] | None = No
     cmap : str
         Matplotlib colour map.
     """
-    from matplotlib.colors import LogNorm
     from mpl_toolkits.axes_grid1.anchored_artists import AnchoredSizeBar
 
     indices = _snapshot_indices(trajectory, snapshots)
-    if pixels is None:
-        pixels = int(np.clip(2 * np.sqrt(trajectory.sizes["body"]), 64, 512))
     mass = trajectory["mass"].values
     frames, xlabel, ylabel = _projected(trajectory["position"].isel(time=indices).values,
                                         plane, view)
     centres = [np.average(f, axis=0, weights=mass) for f in frames]
     half = half_width or _extent(frames[0] - centres[0])
-    edges = np.linspace(-half, half, pixels + 1)
-    maps = [_density_map(f - c, mass, edges, smoothing)
-            for f, c in zip(frames, centres, strict=True)]
-    top = max(float(m.max()) for m in maps) or 1.0
-    norm = LogNorm(vmin=top * 1e-4, vmax=top)
+    maps, norm = _density_maps([f - c for f, c in zip(frames, centres, strict=True)], mass,
+                               half, pixels, smoothing)
     unit = trajectory.attrs.get("length_unit", "")
     fig = _figure(figsize=(3.2 * len(indices) + 0.8, 3.4))
     axes = fig.subplots(1, len(indices), squeeze=False)[0]
     for ax, k, image in zip(axes, indices, maps, strict=True):
-        shown = ax.imshow(np.where(image > 0, image, np.nan), origin="lower", norm=norm,
+        shown = ax.imshow(image, origin="lower", norm=norm,
                           cmap=cmap, extent=(-half, half, -half, half),
                           interpolation="nearest")
         ax.set_facecolor("black")
@@ -253,7 +258,6 @@ def animate(trajectory: xr.Dataset, path: str | os.PathLike, *, plane: str = "xy
         For ``.mp4`` without ffmpeg on the PATH.
     """
     from matplotlib import animation
-    from matplotlib.colors import LogNorm
 
     path = Path(path)
     suffix = path.suffix.lower()
@@ -281,18 +285,15 @@ def animate(trajectory: xr.Dataset, path: str | os.PathLike, *, plane: str = "xy
     ax.set_ylabel(ylabel)
     title = ax.set_title("")
     if style == "density":
-        mass = trajectory["mass"].values
-        edges = np.linspace(-half, half, int(np.clip(2 * np.sqrt(n), 64, 512)) + 1)
-        maps = [_density_map(f - centre, mass, edges, 1.0) for f in data]
-        top = max(float(m.max()) for m in maps) or 1.0
+        maps, norm = _density_maps([f - centre for f in data], trajectory["mass"].values,
+                                   half, None, 1.0)
         ax.set_facecolor("black")
-        artist = ax.imshow(np.where(maps[0] > 0, maps[0], np.nan), origin="lower",
-                           norm=LogNorm(top * 1e-4, top), cmap="inferno",
+        artist = ax.imshow(maps[0], origin="lower", norm=norm, cmap="inferno",
                            extent=(centre[0] - half, centre[0] + half, centre[1] - half,
                                    centre[1] + half))
 
         def update(k: int) -> None:
-            artist.set_data(np.where(maps[k] > 0, maps[k], np.nan))
+            artist.set_data(maps[k])
     else:
         artist = ax.scatter(data[0][:, 0], data[0][:, 1], s=_marker_size(data.shape[1]),
                             c="k", alpha=0.6, linewidths=0)
