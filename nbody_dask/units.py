@@ -124,14 +124,14 @@ def to_code_units(position: Any, velocity: Any, mass: Any, *, length_unit: Any =
         If a quantity has the wrong physical type (naming the parameter and its unit).
     """
     u = _u()
-    for name, value in (("position", position), ("mass", mass)) + (
-            (("velocity", velocity),) if velocity is not None else ()):
+    for name, value, kind in (("position", position, u.m), ("velocity", velocity, u.m / u.s),
+                              ("mass", mass, u.kg)):
+        if value is None and name == "velocity":
+            continue
         if not is_quantity(value):
             raise TypeError(f"{name} must be an astropy Quantity when another argument is "
                             f"one (all or none), got {type(value).__name__}")
-    for name, value, kind in (("position", position, u.m), ("velocity", velocity, u.m / u.s),
-                              ("mass", mass, u.kg)):
-        if value is not None and not value.unit.is_equivalent(kind):
+        if not value.unit.is_equivalent(kind):
             raise ValueError(f"{name} must be a {kind.physical_type} quantity, got unit "
                              f"{value.unit.to_string()!r}")
     system = UnitSystem(1.0 * position.unit if length_unit is None else length_unit,
