@@ -27,6 +27,7 @@ from .initial_conditions import (  # noqa: E402
 )
 from .integrators import NonFiniteStateError  # noqa: E402
 from .lease import LeaseLostError, StoreInUseError  # noqa: E402
+from .location import StoreUnreachableError  # noqa: E402
 from .simulation import (  # noqa: E402
     EnergyErrorExceeded,
     SimulationInterrupted,
@@ -44,6 +45,7 @@ __all__ = [
     "EnergyErrorExceeded",
     "StoreInUseError",
     "LeaseLostError",
+    "StoreUnreachableError",
     "accelerations",
     "potential_energy",
     "open_trajectory",

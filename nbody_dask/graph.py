@@ -30,6 +30,7 @@ from .bodies import Tile
 from .diagnostics import tile_diagnostics
 from .integrators import check_finite, close_step, open_step
 from .plan import Plan
+from .location import StoreLocation
 from .storage import write_tile
 
 __all__ = ["Graph", "key", "pair_forces", "symmetric_pair_forces", "self_forces",
@@ -145,7 +146,7 @@ def close_row(step: int, target: int, G: float, dt: float | None, softening: flo
     return check_finite(close_step(own, forces, G, dt), step)
 
 
-def write_and_measure(path: str | None, index: int, tile: Tile, G: float, run: str,
+def write_and_measure(path: StoreLocation | None, index: int, tile: Tile, G: float, run: str,
                       writer: str) -> np.ndarray:
     """Write a tile's region of snapshot ``index`` (unless ``path`` is None); its diagnostics."""
     if path is not None:
@@ -239,7 +240,8 @@ def fused_steps(tile: Tile, plan: Plan, token: str, first: int, last: int,
     return execute(dsk, out, {"input": tile})
 
 
-def snapshot_graph(plan: Plan, token: str, tiles: Sequence, step: int, path: str | None,
+def snapshot_graph(plan: Plan, token: str, tiles: Sequence, step: int,
+                   path: StoreLocation | None,
                    index: int, writer: str = "") -> tuple[Graph, str]:
     """Write snapshot ``index`` from the workers and reduce its diagnostics in fixed order.
 

@@ -2,16 +2,22 @@
 
 A run holds ``writer.lease.<generation>`` in its store's root while it writes: a small JSON
 record of the run (id, host, pid and the pid's start time, when it started, its last
-heartbeat). The file is created exclusively (``O_CREAT | O_EXCL``), so of two runs racing
-for a store exactly one gets it; the other is refused with one line naming the owner.
+heartbeat). The file is created exclusively (``O_CREAT | O_EXCL``, or a conditional PUT in
+an object store: :mod:`nbody_dask.location`), so of two runs racing for a store exactly one
+gets it; the other is refused with one line naming the owner.
 
 A lease is *stale* when its owner is gone: on the same host, its pid no longer runs (or now
 belongs to another process); on another host (a shared file system), its heartbeat is older
 than ``nbody.lease.timeout`` seconds. A stale lease is taken over by creating the next
 generation, again exclusively, so that resume after a SIGKILL keeps working and two
 resumes cannot both take over. The holder rewrites its file every ``nbody.lease.heartbeat``
-seconds. Workers check, before they write a snapshot region, that their run's lease is
-still the newest generation (:func:`holds`); a run that lost its lease stops writing.
+seconds (a whole-file replacement: no reader sees half a record). The newest generation is
+found by probing past the listing, which an object store may not have updated yet; for
+that probe to work, an object store's generations are never deleted: a lease taken over or
+released stays as a record (``released`` once its run ends), so that the numbers are
+contiguous (a local directory's listing is exact, and its old lease files are deleted). Workers
+check, before they write a snapshot region, that their run's lease is still the newest
+generation (:func:`holds`); a run that lost its lease stops writing.
 """
 
 from __future__ import annotations
@@ -23,11 +29,12 @@ import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from typing import Any
 
 import psutil
 
 from . import config
+from .location import StoreLocation, store_location
 
 __all__ = ["StoreInUseError", "LeaseLostError", "LeaseInfo", "WriterLease", "holder", "holds",
            "is_lease_file", "refuse_if_in_use"]
@@ -53,6 +60,7 @@ class LeaseInfo:
     pid_started: float
     started: float
     heartbeat: float
+    released: bool = False
     generation: int = 0
 
     def describe(self) -> str:
@@ -78,63 +86,60 @@ def is_lease_file(name: str) -> bool:
     return name.startswith(_PREFIX) and name[len(_PREFIX):].split(".")[0].isdigit()
 
 
-def _generations(path: Path) -> list[int]:
-    try:
-        names = os.listdir(path)
-    except FileNotFoundError:
-        return []
-    return sorted(int(n[len(_PREFIX):]) for n in names
-                  if n.startswith(_PREFIX) and n[len(_PREFIX):].isdigit())
+def _generations(store: StoreLocation) -> list[int]:
+    return store.newest(_PREFIX)
 
 
-def _read(path: Path, generation: int) -> LeaseInfo | None:
-    file = path / f"{_PREFIX}{generation}"
+def _read(store: StoreLocation, generation: int) -> LeaseInfo | None:
+    name = f"{_PREFIX}{generation}"
     try:
-        record = json.loads(file.read_text())
+        record = store.read_json(name)
         return LeaseInfo(**{**record, "generation": generation})
     except FileNotFoundError:
         return None
     except (OSError, ValueError, TypeError):  # being written: held, as of its mtime
         try:
-            mtime = file.stat().st_mtime
+            mtime = store.modified(name)
         except FileNotFoundError:
             return None
-        return LeaseInfo("unknown", "unknown", -1, 0.0, mtime, mtime, generation)
+        return LeaseInfo("unknown", "unknown", -1, 0.0, mtime, mtime, generation=generation)
 
 
-def holder(path: str | os.PathLike) -> LeaseInfo | None:
-    """The newest lease of the store at ``path`` (live or stale), or None."""
-    path = Path(path)
-    for generation in reversed(_generations(path)):
-        info = _read(path, generation)
+def holder(store: str | os.PathLike | StoreLocation) -> LeaseInfo | None:
+    """The newest lease of ``store`` (live or stale), or None (none, or released)."""
+    store = store_location(store)
+    for generation in reversed(_generations(store)):
+        info = _read(store, generation)
         if info is not None:
-            return info
+            return None if info.released else info
     return None
 
 
-def refuse_if_in_use(path: str | os.PathLike, timeout: float | None = None) -> LeaseInfo | None:
+def refuse_if_in_use(store: str | os.PathLike | StoreLocation,
+                     timeout: float | None = None) -> LeaseInfo | None:
     """Raise :class:`StoreInUseError` naming the owner if a live run holds the store.
 
     Returns the store's newest lease (stale), or None if it has none.
     """
-    current = holder(path)
+    current = holder(store)
     if current is not None and not current.stale(float(config.get("lease.timeout", timeout))):
-        raise StoreInUseError(f"store {str(path)!r} is in use by {current.describe()}; "
+        raise StoreInUseError(f"store {str(store)!r} is in use by {current.describe()}; "
                               "wait for that run to end or stop it")
     return current
 
 
-_HOLDS_CACHE: dict[tuple[str, str], float] = {}
+_HOLDS_CACHE: dict[tuple[StoreLocation, str], float] = {}
 _HOLDS_LOCK = threading.Lock()
 
 
-def holds(path: str | os.PathLike, run_id: str, max_age: float = 1.0) -> bool:
+def holds(store: str | os.PathLike | StoreLocation, run_id: str, max_age: float = 1.0) -> bool:
     """True if ``run_id`` holds the store's newest lease (cached ``max_age`` s per process)."""
-    key = (str(path), run_id)
+    store = store_location(store)
+    key = (store, run_id)
     with _HOLDS_LOCK:
         if time.monotonic() - _HOLDS_CACHE.get(key, -max_age - 1) <= max_age:
             return True
-    current = holder(path)
+    current = holder(store)
     ok = current is not None and current.run_id == run_id
     if ok:
         with _HOLDS_LOCK:
@@ -143,20 +148,20 @@ def holds(path: str | os.PathLike, run_id: str, max_age: float = 1.0) -> bool:
 
 
 class WriterLease:
-    """The writer lease of one run on the store at ``path`` (a context manager).
+    """The writer lease of one run on ``store`` (a context manager).
 
     Parameters
     ----------
-    path : Path
-        The store (an existing directory).
+    store : str, os.PathLike or StoreLocation
+        The store (an existing directory, or a prefix in an object store).
     heartbeat, timeout : float, optional
         Seconds between heartbeats, and the age after which another host's lease is stale;
         ``nbody.lease.heartbeat`` and ``nbody.lease.timeout`` by default.
     """
 
-    def __init__(self, path: Path, heartbeat: float | None = None,
+    def __init__(self, store: str | os.PathLike | StoreLocation, heartbeat: float | None = None,
                  timeout: float | None = None) -> None:
-        self.path = Path(path)
+        self.store = store_location(store)
         self.run_id = uuid.uuid4().hex
         self.heartbeat = float(config.get("lease.heartbeat", heartbeat))
         self.timeout = float(config.get("lease.timeout", timeout))
@@ -172,52 +177,46 @@ class WriterLease:
         self.release()
 
     @property
-    def _file(self) -> Path:
-        return self.path / f"{_PREFIX}{self.generation}"
+    def _file(self) -> str:
+        return f"{_PREFIX}{self.generation}"
 
     def acquire(self) -> None:
         """Take the lease, or raise :class:`StoreInUseError` naming the live owner."""
-        current = refuse_if_in_use(self.path, self.timeout)
-        generation = 0 if current is None else current.generation + 1
+        refuse_if_in_use(self.store, self.timeout)
+        taken = _generations(self.store)
+        generation = taken[-1] + 1 if taken else 0
         now = time.time()
         me = psutil.Process()
         record = LeaseInfo(self.run_id, socket.gethostname(), me.pid, me.create_time(), now,
-                           now, generation)
+                           now, generation=generation)
         try:
-            fd = os.open(self.path / f"{_PREFIX}{generation}",
-                         os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            self.store.create(f"{_PREFIX}{generation}", self._record(record))
         except FileExistsError:
-            other = holder(self.path)
+            other = holder(self.store)
             owner = other.describe() if other else "another run"
-            raise StoreInUseError(f"store {str(self.path)!r} was just taken by {owner}") from None
-        with os.fdopen(fd, "w") as f:
-            json.dump(self._record(record), f)
-            f.flush()
-            os.fsync(f.fileno())
+            raise StoreInUseError(f"store {str(self.store)!r} was just taken by {owner}") from None
         self.generation = generation
-        for old in _generations(self.path):  # the stale generations before ours
-            if old < generation:
-                (self.path / f"{_PREFIX}{old}").unlink(missing_ok=True)
+        if self.store.is_local:  # the stale generations before ours (see the module doc)
+            for old in taken:
+                self.store.remove(f"{_PREFIX}{old}")
         self._info = record
         self._thread = threading.Thread(target=self._beat, name="nbody-lease-heartbeat",
                                         daemon=True)
         self._thread.start()
 
     @staticmethod
-    def _record(info: LeaseInfo) -> dict:
-        record = asdict(info)
+    def _record(info: LeaseInfo) -> bytes:
+        record: dict[str, Any] = asdict(info)
         del record["generation"]  # the file name says it
-        return record
+        return json.dumps(record).encode()
 
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat):
             if not self.held():
                 return
             info = LeaseInfo(**{**asdict(self._info), "heartbeat": time.time()})
-            tmp = self.path / f"{_PREFIX}{self.generation}.{self.run_id}.tmp"
             try:
-                tmp.write_text(json.dumps(self._record(info)))
-                os.replace(tmp, self._file)
+                self.store.write_bytes(self._file, self._record(info))
             except OSError:
                 continue  # a full disk or a vanished store: workers notice at their writes
 
@@ -225,21 +224,28 @@ class WriterLease:
         """True while this run's lease is the store's newest."""
         if self.generation is None:
             return False
-        return _generations(self.path)[-1:] == [self.generation] and self._file.exists()
+        return (_generations(self.store)[-1:] == [self.generation]
+                and self.store.exists(self._file))
 
     def check(self) -> None:
         """Raise :class:`LeaseLostError` if another run took the lease over."""
         if not self.held():
-            now = holder(self.path)
+            now = holder(self.store)
             by = f" by {now.describe()}" if now else ""
-            raise LeaseLostError(f"store {str(self.path)!r}: this run's writer lease was taken "
+            raise LeaseLostError(f"store {str(self.store)!r}: this run's writer lease was taken "
                                  f"over{by}; it stopped writing")
 
     def release(self) -> None:
-        """Stop the heartbeat and remove the lease file, if it is still ours."""
+        """Stop the heartbeat and give the lease up, if it is still ours: its file is removed
+        (local) or marked released (object store)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         if self.held():
-            self._file.unlink(missing_ok=True)
+            if self.store.is_local:
+                self.store.remove(self._file)
+            else:
+                info = LeaseInfo(**{**asdict(self._info), "heartbeat": time.time(),
+                                    "released": True})
+                self.store.write_bytes(self._file, self._record(info))
         self.generation = None

@@ -41,10 +41,11 @@ from .diagnostics import as_record
 from .graph import fused_steps, initial_graph, key, snapshot_graph, steps_graph
 from .integrators import INTEGRATOR
 from .lease import StoreInUseError, WriterLease, refuse_if_in_use
+from .location import LocalLocation, StoreLocation, store_location
 from .plan import Plan, check_layout, submission_ends
 from .units import code_value
 from .storage import (SnapshotCommitter, check_store_path, committed_snapshots, create_store,
-                      open_trajectory, store_path)
+                      open_trajectory)
 
 __all__ = ["simulate", "accelerations", "potential_energy", "SimulationInterrupted",
            "EnergyErrorExceeded",
@@ -83,6 +84,7 @@ def simulate(
     *,
     G: float | None = None,
     store: str | Path | None = None,
+    storage_options: dict[str, Any] | None = None,
     snapshot_every: int | None = None,
     dtype: str | None = None,
     tile_size: int | None = None,
@@ -116,9 +118,16 @@ def simulate(
     G : float, default 1
         Gravitational constant.
     store : str or Path, optional
-        Zarr v3 store to write the trajectory to. Without one the trajectory is written to a
-        temporary directory (which the workers must be able to reach: fine for local
-        clusters), loaded into memory and deleted.
+        Zarr v3 store to write the trajectory to: a path (on a file system every worker
+        reaches), or an object-store URL such as ``"s3://bucket/runs/a.zarr"`` (see
+        :mod:`nbody_dask.location`), which the workers write to directly. Without one the
+        trajectory is written to a temporary directory (which the workers must be able to
+        reach: fine for local clusters), loaded into memory and deleted.
+    storage_options : dict, optional
+        For an object-store URL, the options of its fsspec file system: credentials,
+        ``{"client_kwargs": {"endpoint_url": ...}}`` for an S3-compatible server, and the
+        like. They travel to the workers with the tasks; credentials the workers find in
+        their environment (``AWS_ACCESS_KEY_ID``...) need not be given here.
     snapshot_every : int, optional
         Write a snapshot every this many steps. Snapshots of the initial and the final state
         are always written; with None only those two.
@@ -210,10 +219,12 @@ def simulate(
     given = dict(steps=steps, dt=dt, softening=softening, G=G, snapshot_every=snapshot_every,
                  dtype=dtype, tile_size=tile_size, split_every=split_every)
     if resume:
-        plan, path, done = _resume_point(bodies, store, overwrite, given, backend, layout)
+        plan, path, done = _resume_point(bodies, store, storage_options, overwrite, given,
+                                         backend, layout)
         ds = t0 = None
     else:
-        plan, path, ds, t0 = _fresh_start(bodies, store, overwrite, given, backend, layout)
+        plan, path, ds, t0 = _fresh_start(bodies, store, storage_options, overwrite, given,
+                                          backend, layout)
         done = False
     with _output_path(path) as (path, temporary), \
             _writer_lease(None if temporary else path) as lease:
@@ -247,7 +258,7 @@ class SimulationInterrupted(RuntimeError):
 
     Attributes
     ----------
-    store : Path
+    store : StoreLocation
         The store, to pass to ``simulate(store=..., resume=True)``.
     committed : int
         Snapshots committed.
@@ -255,7 +266,8 @@ class SimulationInterrupted(RuntimeError):
         The signal that asked for the stop (``signal.SIGTERM`` or ``signal.SIGINT``).
     """
 
-    def __init__(self, store: Path, committed: int, signum: int = signal.SIGTERM) -> None:
+    def __init__(self, store: StoreLocation, committed: int,
+                 signum: int = signal.SIGTERM) -> None:
         by = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
         super().__init__(f"interrupted by {by} with {committed} snapshot(s) committed in "
                          f"{str(store)!r}; continue with simulate(store=..., resume=True) or "
@@ -272,7 +284,7 @@ class EnergyErrorExceeded(ArithmeticError):
 class _EnergyBound:
     """``simulate(max_energy_error=...)``: checks each snapshot's energy against snapshot 0's."""
 
-    def __init__(self, bound: float | None, resumed_store: Path | None) -> None:
+    def __init__(self, bound: float | None, resumed_store: StoreLocation | None) -> None:
         self.bound = bound
         self.e0: float | None = None
         if bound is not None and resumed_store is not None:
@@ -291,7 +303,7 @@ class _EnergyBound:
                 f"{self.bound!r}; the run stopped, its snapshots up to this one are committed")
 
 
-def _fresh_start(bodies, store, overwrite, given, backend, layout):
+def _fresh_start(bodies, store, storage_options, overwrite, given, backend, layout):
     """Validate a new run: its plan, store path, body set and start time."""
     missing = [k for k, v in (("bodies", bodies), ("steps", given["steps"]),
                               ("dt", given["dt"])) if v is None]
@@ -305,11 +317,13 @@ def _fresh_start(bodies, store, overwrite, given, backend, layout):
     plan = _plan(ds.sizes["body"], **given, backend=backend, layout=layout)
     check_fits_dtype(ds, plan.dtype, dt=plan.dt, softening=plan.softening, G=plan.G,
                      dt_half=0.5 * plan.dt, softening_squared=plan.softening**2)
-    path = None if store is None else check_store_path(store, overwrite)
+    if store is None and storage_options is not None:
+        raise ValueError("storage_options are for store=<an object-store URL>; no store given")
+    path = None if store is None else check_store_path(store, overwrite, storage_options)
     return plan, path, ds, _start_time(bodies)
 
 
-def _resume_point(bodies, store, overwrite, given, backend, layout):
+def _resume_point(bodies, store, storage_options, overwrite, given, backend, layout):
     """Validate a resume: the stored plan, the store path, and whether it is complete."""
     if store is None:
         raise ValueError("resume=True needs store=, the store of the run to continue")
@@ -317,7 +331,8 @@ def _resume_point(bodies, store, overwrite, given, backend, layout):
         raise ValueError("resume=True continues from the store; do not pass bodies")
     if overwrite:
         raise ValueError("resume=True and overwrite=True conflict: choose one")
-    path = store_path(store)
+    path = store_location(store, storage_options)
+    path.check_reachable()
     if not path.exists():
         raise FileNotFoundError(f"no trajectory store at {str(path)!r} to resume")
     refuse_if_in_use(path)
@@ -352,7 +367,7 @@ def _stored_plan(ds: xr.Dataset, backend: str) -> Plan:
     return Plan.from_stored(stored, ds.sizes["body"])
 
 
-def load_snapshot(path: Path, index: int) -> xr.Dataset:
+def load_snapshot(path: StoreLocation, index: int) -> xr.Dataset:
     """Snapshot ``index`` of a store as a body set (exact: float32 survives the round trip)."""
     snap = open_trajectory(path).isel(time=index)  # a damaged chunk is reported, not read
     return as_bodies(snap[["position", "velocity", "mass"]].load(scheduler="synchronous"))
@@ -370,7 +385,8 @@ class _Driver:
     ``nbody.lookahead`` behind the newest, to commit its snapshot and report progress.
     """
 
-    def __init__(self, client: Client, plan: Plan, path: Path, lease: WriterLease | None,
+    def __init__(self, client: Client, plan: Plan, path: StoreLocation,
+                 lease: WriterLease | None,
                  on_complete: Callable[[int, dict | None], None],
                  stop: threading.Event) -> None:
         self.client, self.plan, self.path, self.lease = client, plan, path, lease
@@ -434,7 +450,7 @@ class _Driver:
         plan, c, index = self.plan, self.client, max(self.committer.committed - 1, 0)
         if self.committer.committed:
             bodies = load_snapshot(self.path, index)
-        self.token = _run_token(bodies, plan, str(self.path.resolve()), index)
+        self.token = _run_token(bodies, plan, str(self.path), index)
         tiles = c.scatter(split_tiles(bodies, plan.tile_size, resolve_dtype(plan.dtype)),
                           hash=False)
         dsk, keys = initial_graph(plan, self.token, tiles, threads=self.threads)
@@ -464,7 +480,7 @@ class _Driver:
 
     def submit_snapshot(self, state: list[Future], step: int) -> None:
         index = self.snapshots[step]
-        dsk, total = snapshot_graph(self.plan, self.token, state, step, str(self.path), index,
+        dsk, total = snapshot_graph(self.plan, self.token, state, step, self.path, index,
                                     "" if self.lease is None else self.lease.run_id)
         self.pending.append((step, index, self.client.get(dsk, total, sync=False)))
 
@@ -551,37 +567,38 @@ def _progress(enabled: bool, steps: int):
 
 
 @contextmanager
-def _output_path(path: Path | None):
-    """Yield (path, temporary): the store's path, or a temporary one removed afterwards."""
+def _output_path(path: StoreLocation | None):
+    """Yield (location, temporary): the store's, or a temporary one removed afterwards."""
     if path is not None:
         yield path, False
         return
     tmp = Path(tempfile.mkdtemp(prefix="nbody-dask-"))
     try:
-        yield tmp / "trajectory.zarr", True
+        yield LocalLocation(tmp / "trajectory.zarr"), True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 @contextmanager
-def _writer_lease(path: Path | None) -> Iterator[WriterLease | None]:
+def _writer_lease(store: StoreLocation | None) -> Iterator[WriterLease | None]:
     """Hold the store's writer lease for the block (None: a private temporary store).
 
-    A new store's directory is created here, exclusively: of two runs starting into one new
-    store, one gets it. If the run ends before laying the store out, the directory goes too.
+    A new local store's directory is created here, exclusively: of two runs starting into
+    one new store, one gets it (in an object store, the lease's exclusive create decides).
+    If the run ends before laying the store out, the directory goes too.
     """
-    if path is None:
+    if store is None:
         yield None
         return
     created = False
-    if not path.exists():
+    if isinstance(store, LocalLocation) and not store.exists():
         try:
-            path.mkdir(parents=True)
+            store.path.mkdir(parents=True)
         except FileExistsError:
-            raise StoreInUseError(f"store {str(path)!r} appeared while this run was starting: "
-                                  "another run is writing it") from None
+            raise StoreInUseError(f"store {str(store)!r} appeared while this run was "
+                                  "starting: another run is writing it") from None
         created = True
-    lease = WriterLease(path)
+    lease = WriterLease(store)
     try:
         lease.acquire()
         try:
@@ -589,8 +606,8 @@ def _writer_lease(path: Path | None) -> Iterator[WriterLease | None]:
         finally:
             lease.release()
     finally:
-        if created and not (path / "zarr.json").exists():
-            shutil.rmtree(path, ignore_errors=True)  # nothing but our lease was ever in it
+        if created and not store.exists("zarr.json"):
+            shutil.rmtree(store.path, ignore_errors=True)  # nothing but our lease was in it
 
 
 def _run_token(*inputs: Any) -> str:

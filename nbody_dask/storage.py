@@ -1,5 +1,9 @@
 """The trajectory store: Zarr v3, laid out up front, written region by region from the workers.
 
+A store is a local directory or a prefix in an object store (:mod:`nbody_dask.location`);
+everything here goes through a :class:`~nbody_dask.location.StoreLocation`, so the layout,
+the commit protocol and the checks are the same for both.
+
 Layout (xarray over Zarr v3, readable with ``xr.open_zarr(path)``)::
 
     dims         time, body, axis (= "x", "y", "z")
@@ -24,14 +28,10 @@ attributes.
 from __future__ import annotations
 
 import functools
-import json
 import os
-import re
-import shutil
 import time
-import urllib.parse
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +44,9 @@ from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from .bodies import AXES, Tile
 from .lease import LeaseLostError, holds, is_lease_file, refuse_if_in_use
+from .location import LocalLocation, StoreLocation, store_location
 
-__all__ = ["store_path", "check_store_path", "is_trajectory_store", "create_store", "write_tile",
+__all__ = ["check_store_path", "is_trajectory_store", "create_store", "write_tile",
            "SnapshotCommitter", "committed_snapshots", "open_trajectory", "verify_trajectory",
            "DamagedStoreError"]
 
@@ -55,40 +56,11 @@ _SCALARS = ("kinetic_energy", "potential_energy", "total_energy")
 TIME_UNITS = "N-body time units (G = 1 unless the G attribute says otherwise)"
 
 
-_URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 #: Top-level entries of a store that nbody_dask itself may have written besides its arrays.
 _OWN_ENTRIES = frozenset({"zarr.json"})
 
-
-def store_path(store: Any) -> Path:
-    """The local path a ``store`` argument names: ``~`` expanded, ``file://`` URLs accepted.
-
-    Raises
-    ------
-    TypeError
-        If ``store`` is not a str or path.
-    ValueError
-        If ``store`` is empty, or a URL of another scheme (``s3://``, ``memory://``, ...):
-        object storage is not supported yet, and such a string must never become a local
-        folder named like a URL.
-    """
-    if not isinstance(store, (str, os.PathLike)):
-        raise TypeError(f"store must be a path (str or os.PathLike), got {type(store).__name__}")
-    text = os.fspath(store)
-    if not isinstance(text, str):
-        raise TypeError(f"store must be a text path, got {type(text).__name__}")
-    if not text.strip():
-        raise ValueError(f"store must name a directory, got {text!r}")
-    scheme = _URL_SCHEME.match(text)
-    if scheme and scheme.group(1).lower() == "file":
-        parsed = urllib.parse.urlparse(text)
-        if parsed.netloc not in ("", "localhost"):
-            raise ValueError(f"store={text!r}: a file:// URL must name a local path")
-        text = urllib.parse.unquote(parsed.path)
-    elif scheme:
-        raise ValueError(f"store={text!r} is a {scheme.group(1)}:// URL; object storage is not "
-                         "supported yet: give a path on a local or shared file system")
-    return Path(text).expanduser()
+Store = str | os.PathLike | StoreLocation
+"""A store argument: a local path, a URL (``file://``, ``s3://``...) or a location."""
 
 
 def _protected(path: Path) -> str | None:
@@ -106,18 +78,19 @@ def _protected(path: Path) -> str | None:
     return None
 
 
-def _check_replaceable(path: Path) -> None:
-    """Raise unless ``path`` is a store nbody_dask wrote, holding nothing else."""
+def _check_replaceable(store: StoreLocation) -> None:
+    """Raise unless ``store`` is a store nbody_dask wrote, holding nothing else."""
     def refuse(why: str) -> ValueError:
-        return ValueError(f"store {str(path)!r} {why}; refusing to delete it even with "
+        return ValueError(f"store {str(store)!r} {why}; refusing to delete it even with "
                           "overwrite=True")
 
-    if (why := _protected(path)) is not None:
-        raise refuse(f"is {why}")
-    if not path.is_dir() or path.is_symlink():
-        raise refuse("is not a directory")
+    if isinstance(store, LocalLocation):
+        if (why := _protected(store.path)) is not None:
+            raise refuse(f"is {why}")
+        if not store.path.is_dir() or store.path.is_symlink():
+            raise refuse("is not a directory")
     try:
-        meta = json.loads((path / "zarr.json").read_text())
+        meta = store.read_json("zarr.json")
     except (OSError, ValueError):
         raise refuse("is not a Zarr store") from None
     if "nbody_dask_version" not in (meta.get("attributes") or {}):
@@ -125,55 +98,68 @@ def _check_replaceable(path: Path) -> None:
                      "'nbody_dask_version' attribute)")
     members = ((meta.get("consolidated_metadata") or {}).get("metadata") or {})
     known = {name.split("/")[0] for name in members} | _OWN_ENTRIES
-    foreign = sorted(n for n in set(os.listdir(path)) - known if not is_lease_file(n))
+    foreign = sorted(n for n in set(store.names()) - known if not is_lease_file(n))
     if foreign:
         raise refuse(f"holds entries nbody_dask did not write: {', '.join(foreign[:5])}"
                      f"{', ...' if len(foreign) > 5 else ''}")
 
 
-def check_store_path(store: Any, overwrite: bool) -> Path:
-    """Validate an output location before any work starts; return it as a local path.
+def check_store_path(store: Store, overwrite: bool,
+                     storage_options: Mapping[str, Any] | None = None) -> StoreLocation:
+    """Validate an output location before any work starts; return it.
 
     With ``overwrite``, an existing store is replaced only if nbody_dask wrote it (its
     ``nbody_dask_version`` attribute) and it holds nothing else; never a file system root,
-    the home directory, the working directory or one of its parents.
+    the home directory, the working directory or one of its parents. An object store is
+    asked first whether it can be reached with the credentials given.
 
     Raises
     ------
     TypeError
-        If ``store`` is not a path.
+        If ``store`` is not a path or URL.
     FileExistsError
         If something exists at ``store`` and ``overwrite`` is False.
     ValueError
-        If ``store`` is empty or a URL (see :func:`store_path`), or ``overwrite`` is True but
-        what is there is not a store nbody_dask may delete.
+        If ``store`` is empty or an unsupported URL (see
+        :func:`nbody_dask.location.store_location`), or ``overwrite`` is True but what is
+        there is not a store nbody_dask may delete.
+    StoreUnreachableError
+        If the object store cannot be reached or refuses the credentials.
     """
-    path = store_path(store)
-    if path.exists() or path.is_symlink():
-        if path.is_dir():
-            refuse_if_in_use(path)
+    location = store_location(store, storage_options)
+    location.check_reachable()
+    local = isinstance(location, LocalLocation)
+    if not local or location.path.is_dir():
+        refuse_if_in_use(location)
+    # a prefix holding only the records of released leases is no store (nbody_dask.lease)
+    if location.exists() if local else any(not is_lease_file(n) for n in location.names()):
         if not overwrite:
             raise FileExistsError(
-                f"store {str(path)!r} already exists; pass overwrite=True (on the command "
+                f"store {str(location)!r} already exists; pass overwrite=True (on the command "
                 "line: --overwrite) to replace it; its contents will be lost"
             )
-        _check_replaceable(path)
+        _check_replaceable(location)
+    if isinstance(location, LocalLocation):
+        _check_creatable(location.path)
+    return location
+
+
+def _check_creatable(path: Path) -> None:
     parent = next((p for p in path.absolute().parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
         raise ValueError(f"store {str(path)!r} cannot be created: {str(parent)!r} is a file")
     if parent is not None and not os.access(parent, os.W_OK | os.X_OK):
         raise PermissionError(f"store {str(path)!r} cannot be created: {str(parent)!r} is "
                               "not writable")
-    return path
 
 
-def is_trajectory_store(path: str | os.PathLike) -> bool:
-    """True if ``path`` looks like a trajectory store :func:`~nbody_dask.simulate` wrote."""
-    return (Path(path) / _MARKER_GROUP / "zarr.json").is_file()
+def is_trajectory_store(store: Store) -> bool:
+    """True if ``store`` looks like a trajectory store :func:`~nbody_dask.simulate` wrote."""
+    return store_location(store).exists(f"{_MARKER_GROUP}/zarr.json")
 
 
 def create_store(
-    path: Path,
+    store: StoreLocation,
     bodies: xr.Dataset,
     *,
     snapshot_steps: list[int],
@@ -189,17 +175,10 @@ def create_store(
     ``units`` maps variable names (and ``time``) to CF ``units`` attributes, for runs in
     physical units (:meth:`nbody_dask.units.UnitSystem.cf_units`).
 
-    Replaces whatever is at ``path`` (callers check with :func:`check_store_path` first)
+    Replaces whatever is at ``store`` (callers check with :func:`check_store_path` first)
     except the writer lease (:mod:`nbody_dask.lease`) of the run that calls it.
     """
-    if path.exists():
-        for entry in path.iterdir():
-            if is_lease_file(entry.name):
-                continue
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
+    store.clear(keep=is_lease_file)
     n = bodies.sizes["body"]
     n_snap = len(snapshot_steps)
     steps = np.asarray(snapshot_steps, dtype=np.int64)
@@ -241,14 +220,14 @@ def create_store(
         # the writer lease file sits beside the arrays: Zarr lists it and says it is no node
         warnings.filterwarnings("ignore", r"Object at writer\.lease", zarr.errors.ZarrUserWarning)
         # "a", not "w-": the directory already holds this run's writer lease (nothing else)
-        ds.to_zarr(path, mode="a", compute=False, zarr_format=3, consolidated=False,
-                   encoding=encoding)
-        root = zarr.open_group(path, mode="r+", use_consolidated=False)
+        ds.to_zarr(store.zarr_store(), mode="a", compute=False, zarr_format=3,
+                   consolidated=False, encoding=encoding)
+        root = zarr.open_group(store.zarr_store(), mode="r+", use_consolidated=False)
         root.create_group(_MARKER_GROUP, attributes={"committed": 0, "snapshots": n_snap})
-        consolidate_metadata(path)  # no metadata changes after this
+        consolidate_metadata(store.zarr_store())  # no metadata changes after this
 
 
-def consolidate_metadata(path: str | os.PathLike) -> None:
+def consolidate_metadata(path: Any) -> None:
     """Write consolidated metadata, so that a plain ``xr.open_zarr(path)`` reads it quietly.
 
     Zarr notes that consolidated metadata is not yet part of the v3 specification; xarray
@@ -260,17 +239,17 @@ def consolidate_metadata(path: str | os.PathLike) -> None:
 
 
 @functools.lru_cache(maxsize=32)
-def _open_array(path: str, name: str, run: str) -> zarr.Array:
+def _open_array(store: StoreLocation, name: str, run: str) -> zarr.Array:
     """An array of a store, opened once per process and run.
 
     Metadata never changes during a run; ``run`` (the run's token, new for every
     :func:`~nbody_dask.simulate` call) keeps a handle from outliving its run, since a store
-    recreated at the same path (``overwrite=True``) may have another shape and chunking.
+    recreated at the same place (``overwrite=True``) may have another shape and chunking.
     """
-    return zarr.open_array(store=path, path=name, mode="r+")
+    return zarr.open_array(store=store.zarr_store(), path=name, mode="r+")
 
 
-def write_tile(path: str, index: int, tile: Tile, run: str = "", writer: str = "") -> int:
+def write_tile(store: Store, index: int, tile: Tile, run: str = "", writer: str = "") -> int:
     """Write one tile's positions and velocities into snapshot ``index`` (runs on a worker).
 
     The region is whole chunks owned by this tile alone. ``run`` identifies the run (see
@@ -282,12 +261,13 @@ def write_tile(path: str, index: int, tile: Tile, run: str = "", writer: str = "
     LeaseLostError
         If another run took the store's writer lease over: nothing is written.
     """
-    if writer and not holds(path, writer):
-        raise LeaseLostError(f"store {path!r}: this run's writer lease was taken over by "
-                             "another run; it stopped writing")
+    store = store_location(store)
+    if writer and not holds(store, writer):
+        raise LeaseLostError(f"store {str(store)!r}: this run's writer lease was taken over "
+                             "by another run; it stopped writing")
     lo, hi = tile.start, tile.start + tile.size
-    _open_array(path, "position", run)[index, lo:hi, :] = tile.position.T
-    _open_array(path, "velocity", run)[index, lo:hi, :] = tile.velocity.T
+    _open_array(store, "position", run)[index, lo:hi, :] = tile.position.T
+    _open_array(store, "velocity", run)[index, lo:hi, :] = tile.velocity.T
     return tile.size
 
 
@@ -300,10 +280,10 @@ class SnapshotCommitter:
     snapshots whose diagnostics are on disk too.
     """
 
-    def __init__(self, path: Path, interval: float = 1.0,
+    def __init__(self, store: StoreLocation, interval: float = 1.0,
                  guard: Callable[[], None] | None = None) -> None:
         self._guard = guard  # raises if this run may no longer write (lost writer lease)
-        self._root = zarr.open_group(path, mode="r+", use_consolidated=False)
+        self._root = zarr.open_group(store.zarr_store(), mode="r+", use_consolidated=False)
         self._arrays = {name: self._root[name] for name in _SCALARS + _VECTORS}
         self._marker = self._root[_MARKER_GROUP]
         self._committed = int(self._marker.attrs["committed"])
@@ -350,45 +330,52 @@ class SnapshotCommitter:
         self._last_flush = time.monotonic()
 
 
-def _open_root(path: str | os.PathLike) -> zarr.Group:
+def _open_root(store: StoreLocation) -> zarr.Group:
     """The store's root group, read from disk (not from the consolidated metadata)."""
     try:
-        return zarr.open_group(path, mode="r", use_consolidated=False)
+        return zarr.open_group(store.zarr_store(read_only=True), mode="r",
+                               use_consolidated=False)
     except (FileNotFoundError, KeyError, ValueError, zarr.errors.BaseZarrError):
-        raise ValueError(f"{str(path)!r} is not an nbody_dask trajectory store") from None
+        raise ValueError(f"{str(store)!r} is not an nbody_dask trajectory store") from None
 
 
-def _committed(root: zarr.Group, path: str | os.PathLike) -> int:
+def _committed(root: zarr.Group, store: StoreLocation) -> int:
     try:
         marker = root[_MARKER_GROUP]
     except (KeyError, ValueError, zarr.errors.BaseZarrError):
-        raise ValueError(f"{str(path)!r} is not an nbody_dask trajectory store") from None
+        raise ValueError(f"{str(store)!r} is not an nbody_dask trajectory store") from None
     committed = marker.attrs.get("committed")
     total = marker.attrs.get("snapshots")
     if not (isinstance(committed, int) and isinstance(total, int) and 0 <= committed <= total):
-        raise ValueError(f"store {str(path)!r} is damaged: commit marker says "
+        raise ValueError(f"store {str(store)!r} is damaged: commit marker says "
                          f"committed={committed!r} of snapshots={total!r}")
     return committed
 
 
-def committed_snapshots(path: str | os.PathLike) -> int:
-    """Number of snapshots fully written to the store at ``path``.
+def committed_snapshots(store: Store, storage_options: Mapping[str, Any] | None = None) -> int:
+    """Number of snapshots fully written to ``store``.
 
     Raises
     ------
     ValueError
-        If ``path`` is not an nbody_dask store, or its commit marker is damaged.
+        If ``store`` is not an nbody_dask store, or its commit marker is damaged.
     """
-    return _committed(_open_root(path), path)
+    store = store_location(store, storage_options)
+    return _committed(_open_root(store), store)
 
 
-def open_trajectory(path: str | os.PathLike) -> xr.Dataset:
+def open_trajectory(store: Store, storage_options: Mapping[str, Any] | None = None
+                    ) -> xr.Dataset:
     """Open a trajectory store lazily, showing only committed snapshots.
 
     Parameters
     ----------
-    path : str or os.PathLike
-        A store written by :func:`nbody_dask.simulate`.
+    store : str or os.PathLike
+        A store written by :func:`nbody_dask.simulate`: a path, or an object-store URL
+        (``s3://bucket/run.zarr``).
+    storage_options : dict, optional
+        For an object-store URL: options of its fsspec file system (credentials,
+        ``client_kwargs={"endpoint_url": ...}`` and the like).
 
     Returns
     -------
@@ -399,31 +386,35 @@ def open_trajectory(path: str | os.PathLike) -> xr.Dataset:
     Raises
     ------
     FileNotFoundError
-        If nothing exists at ``path``.
+        If nothing exists at ``store``.
     ValueError
-        If ``path`` is not an nbody_dask store, or it is damaged.
+        If ``store`` is not an nbody_dask store, or it is damaged.
+    StoreUnreachableError
+        If the object store cannot be reached or refuses the credentials.
     """
-    path = store_path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no trajectory store at {str(path)!r}")
-    root = _open_root(path)
-    committed = _committed(root, path)
+    location = store_location(store, storage_options)
+    location.check_reachable()
+    if not location.exists():
+        raise FileNotFoundError(f"no trajectory store at {str(location)!r}")
+    root = _open_root(location)
+    committed = _committed(root, location)
     try:
-        ds = xr.open_zarr(path)
+        ds = xr.open_zarr(location.zarr_store(read_only=True))
     except Exception as exc:  # zarr and xarray raise many kinds here
-        raise ValueError(f"store {str(path)!r} is damaged: {type(exc).__name__}: {exc}") from None
+        raise ValueError(f"store {str(location)!r} is damaged: {type(exc).__name__}: "
+                         f"{exc}") from None
     # Consolidated metadata would hide an array deleted from disk: look at the real ones.
     missing = sorted(name for name in {"position", "velocity", "mass", *_SCALARS, *_VECTORS}
-                     if not (path / name / "zarr.json").is_file())
+                     if not location.exists(f"{name}/zarr.json"))
     if missing or "config" not in ds.attrs:
         what = f"variables {missing}" if missing else "the config attribute"
-        raise ValueError(f"store {str(path)!r} is damaged: {what} missing")
+        raise ValueError(f"store {str(location)!r} is damaged: {what} missing")
     if committed > ds.sizes["time"]:
-        raise ValueError(f"store {str(path)!r} is damaged: {committed} snapshots committed "
+        raise ValueError(f"store {str(location)!r} is damaged: {committed} snapshots committed "
                          f"but {ds.sizes['time']} laid out")
     ds = ds.isel(time=slice(0, committed))
     for name in ("position", "velocity", *_SCALARS, *_VECTORS):
-        reader = _CheckedReader(path, name, committed)
+        reader = _CheckedReader(location, name, committed)
         ds[name] = ds[name].copy(data=da.from_array(
             reader, chunks=ds[name].data.chunks, name=f"nbody-read-{name}-{tokenize(reader)}"))
     return ds
@@ -441,14 +432,15 @@ class _CheckedReader:
     at its first non-finite state): NaN is reported as a missing chunk.
     """
 
-    def __init__(self, path: Path, name: str, committed: int) -> None:
+    def __init__(self, path: StoreLocation, name: str, committed: int) -> None:
         self.path, self.name = path, name
-        self._array = array = zarr.open_array(store=str(path), path=name, mode="r")
+        self._array = array = zarr.open_array(store=path.zarr_store(read_only=True),
+                                              path=name, mode="r")
         self.shape = (committed, *array.shape[1:])
         self.dtype = array.dtype
         self.ndim = array.ndim
         self.chunks = array.chunks
-        self._mtime = (path / name / "zarr.json").stat().st_mtime_ns
+        self._mtime = path.modified(f"{name}/zarr.json")
 
     def __dask_tokenize__(self):
         return (str(self.path), self.name, self.shape, self._mtime)
@@ -474,7 +466,7 @@ class _CheckedReader:
                                  f"{self.name!r}: {what}")
 
 
-def verify_trajectory(path: str | os.PathLike) -> int:
+def verify_trajectory(store: Store, storage_options: Mapping[str, Any] | None = None) -> int:
     """Read every committed chunk of a store, checking it; return the snapshots verified.
 
     Raises
@@ -482,6 +474,6 @@ def verify_trajectory(path: str | os.PathLike) -> int:
     DamagedStoreError
         At the first damaged chunk, naming the snapshot and the variable.
     """
-    ds = open_trajectory(path)
+    ds = open_trajectory(store, storage_options)
     ds.load(scheduler="synchronous")
     return ds.sizes["time"]
