@@ -87,6 +87,31 @@ def _scalar_problem(kind: click.ParamType, value: Any) -> str | None:
     return None
 
 
+def _read_storage_options(_ctx, _param, value: str | None) -> dict[str, Any] | None:
+    """--storage-options: a JSON (or YAML flow) mapping for an object store's file system."""
+    if value is None:
+        return None
+    try:
+        options = yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        problem = str(exc).splitlines()[0]
+        raise click.BadParameter(f"cannot read {value!r}: {problem}") from None
+    if not isinstance(options, dict):
+        raise click.BadParameter(f"expected a JSON object such as '{{\"anon\": true}}', "
+                                 f"got {value!r}")
+    return options
+
+
+def _storage_options(command):
+    """--storage-options for commands that read or write a store given as a URL."""
+    return click.option(
+        "--storage-options", type=str, default=None, callback=_read_storage_options,
+        metavar="JSON",
+        help="Options of an object store's file system (fsspec), for a STORE given as a URL, "
+             "e.g. '{\"client_kwargs\": {\"endpoint_url\": \"http://minio:9000\"}}'; "
+             "credentials may come from the environment instead (AWS_ACCESS_KEY_ID...).")(command)
+
+
 def _cluster_options(command):
     """--cluster, --scheduler, --scheduler-file: where the run's workers come from."""
     command = click.option(
@@ -140,16 +165,17 @@ def main() -> None:
                    "[default: nbody.layout, pairs].")
 @click.option("-G", "--G", "G", type=float, default=None,
               help="Gravitational constant [default: 1, Hénon units].")
-@click.option("--store", type=click.Path(), default="run.zarr", show_default=True,
-              help="Zarr store to write.")
+@click.option("--store", default="run.zarr", show_default=True, metavar="PATH|URL",
+              help="Zarr store to write: a path, or an object-store URL (s3://bucket/run.zarr).")
+@_storage_options
 @click.option("--overwrite", is_flag=True, help="Replace an existing store.")
 @click.option("--max-energy-error", type=float, default=None, metavar="BOUND",
               help="Stop at the first snapshot with |E/E0 - 1| above BOUND [default: none].")
 @_cluster_options
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, tile_size,
-        split_every, backend, layout, G, store, overwrite, max_energy_error, cluster_kind,
-        scheduler, scheduler_file, progress) -> None:
+        split_every, backend, layout, G, store, storage_options, overwrite, max_energy_error,
+        cluster_kind, scheduler, scheduler_file, progress) -> None:
     """Run a simulation and write its trajectory to a Zarr store."""
     with _errors_as_messages():
         bodies = _initial_conditions(ic, n, seed, eccentricity)
@@ -158,20 +184,24 @@ def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, 
                              snapshot_every=snapshot_every, dtype=dtype, tile_size=tile_size,
                              split_every=split_every, backend=backend, layout=layout,
                              G=G, overwrite=overwrite, progress=progress,
-                             max_energy_error=max_energy_error)
+                             max_energy_error=max_energy_error,
+                             storage_options=storage_options)
 
 
 @main.command()
-@click.argument("store", type=click.Path())
+@click.argument("store")
+@_storage_options
 @_cluster_options
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 @click.option("--max-energy-error", type=float, default=None, metavar="BOUND",
               help="Stop at the first snapshot with |E/E0 - 1| above BOUND [default: none].")
-def resume(store, cluster_kind, scheduler, scheduler_file, progress, max_energy_error) -> None:
-    """Continue the run in STORE from its last committed snapshot."""
+def resume(store, storage_options, cluster_kind, scheduler, scheduler_file, progress,
+           max_energy_error) -> None:
+    """Continue the run in STORE (a path or URL) from its last committed snapshot."""
     with _errors_as_messages():
         _simulate_and_report(cluster_kind, scheduler, scheduler_file, store, None,
-                             resume=True, progress=progress, max_energy_error=max_energy_error)
+                             resume=True, progress=progress, max_energy_error=max_energy_error,
+                             storage_options=storage_options)
 
 
 def _simulate_and_report(cluster_kind: str, scheduler: str | None, scheduler_file: str | None,
@@ -212,18 +242,19 @@ def _simulate_and_report(cluster_kind: str, scheduler: str | None, scheduler_fil
 
 
 @main.command()
-@click.argument("store", type=click.Path())
+@click.argument("store")
+@_storage_options
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Read every committed chunk and check its CRC-32C (reads the whole store).")
-def info(store: str, verify: bool) -> None:
-    """Summarise a trajectory store: N, snapshots, time span, conservation."""
+def info(store: str, storage_options: dict | None, verify: bool) -> None:
+    """Summarise a trajectory store (a path or URL): N, snapshots, time span, conservation."""
     import nbody_dask
     from nbody_dask.storage import verify_trajectory
 
     with _errors_as_messages():
-        traj = nbody_dask.open_trajectory(store)
+        traj = nbody_dask.open_trajectory(store, storage_options)
         if verify:
-            verify_trajectory(store)
+            verify_trajectory(store, storage_options)
         click.echo(_summary(store, traj))
         if verify:
             click.echo(f"verified     every chunk of {traj.sizes['time']} snapshot(s)")
@@ -285,9 +316,11 @@ def export(source, output, snapshot, overwrite) -> None:
 
 
 @main.command()
-@click.argument("store", type=click.Path())
+@click.argument("store")
+@_storage_options
 @click.option("--out", "directory", type=click.Path(file_okay=False), default=None,
-              help="Folder for the images [default: STORE without .zarr, plus -plots].")
+              help="Folder for the images [default: STORE without .zarr, plus -plots; for a "
+                   "URL, its last part, in the working directory].")
 @click.option("--kind", "kinds", type=click.Choice(["positions", "density", "conservation",
                                                     "lagrangian", "animation"]),
               multiple=True, help="Plots to make (repeatable) [default: positions, "
@@ -300,16 +333,20 @@ def export(source, output, snapshot, overwrite) -> None:
 @click.option("--style", type=click.Choice(["points", "density"]), default="points",
               show_default=True, help="What the animation draws.")
 @click.option("--overwrite", is_flag=True, help="Replace existing images.")
-def plot(store, directory, kinds, snapshots, plane, view, style, overwrite) -> None:
+def plot(store, storage_options, directory, kinds, snapshots, plane, view, style,
+         overwrite) -> None:
     """Plot a trajectory: positions, surface density, conservation, Lagrangian radii (PNG),
     animation (GIF)."""
     import nbody_dask
     from nbody_dask import plot as plots
+    from nbody_dask.location import store_location
 
     with _errors_as_messages():
-        traj = nbody_dask.open_trajectory(store)
+        traj = nbody_dask.open_trajectory(store, storage_options)
         if directory is None:
-            directory = str(Path(store).with_suffix("")) + "-plots"
+            local = store_location(store, storage_options)
+            base = local.path if local.is_local else Path(local.url.rsplit("/", 1)[-1])
+            directory = str(base.with_suffix("")) + "-plots"
         paths = plots.save_figures(traj, directory,
                                    kinds or ("positions", "conservation", "lagrangian"),
                                    snapshots=snapshots or None, plane=plane, view=view,
