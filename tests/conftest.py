@@ -29,3 +29,81 @@ def no_cluster(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a cluster was started before the input was validated")
     monkeypatch.setattr(clusters, "local", refuse)
+
+
+class S3Server:
+    """A local S3-compatible server (moto's standalone server) with IAM credentials checked."""
+
+    bucket = "nbody"
+
+    def __init__(self, endpoint: str, key: str, secret: str) -> None:
+        self.endpoint = endpoint
+        self.key, self.secret = key, secret
+        self.options = self.storage_options(key, secret)
+
+    def storage_options(self, key: str, secret: str, endpoint: str | None = None) -> dict:
+        return {"key": key, "secret": secret, "client_kwargs": {
+            "endpoint_url": endpoint or self.endpoint, "region_name": "us-east-1"}}
+
+    def create_bucket(self, name: str) -> None:
+        import boto3
+
+        boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
+                     aws_access_key_id=self.key, aws_secret_access_key=self.secret
+                     ).create_bucket(Bucket=name)
+
+    def url(self, name: str) -> str:
+        """A fresh store URL in the bucket."""
+        import uuid
+
+        return f"s3://{self.bucket}/{uuid.uuid4().hex[:8]}/{name}"
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """moto's S3 server on 127.0.0.1 (a subprocess, as s3fs's own tests run it), with one
+    IAM user whose key is the only one accepted, and a bucket ``nbody``."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    pytest.importorskip("moto.server")
+    boto3 = pytest.importorskip("boto3")
+    pytest.importorskip("s3fs")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    # The first 3 requests go unauthenticated (they create the user, its key and its
+    # policy); every later request must carry that key.
+    env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="3")
+    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
+                                str(port)], env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # a bare TCP connect: an HTTP probe would use up an unauthenticated request
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert process.poll() is None and time.monotonic() < deadline, "no moto server"
+                time.sleep(0.1)
+        endpoint = f"http://127.0.0.1:{port}"
+        anyone = dict(endpoint_url=endpoint, region_name="us-east-1",
+                      aws_access_key_id="anyone", aws_secret_access_key="anyone")
+        iam = boto3.client("iam", **anyone)
+        iam.create_user(UserName="nbody")
+        key = iam.create_access_key(UserName="nbody")["AccessKey"]
+        policy = {"Version": "2012-10-17",
+                  "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+        iam.put_user_policy(UserName="nbody", PolicyName="all",
+                            PolicyDocument=json.dumps(policy))
+        server = S3Server(endpoint, key["AccessKeyId"], key["SecretAccessKey"])
+        server.create_bucket(S3Server.bucket)
+        yield server
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

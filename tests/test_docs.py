@@ -19,6 +19,7 @@ MODULES = {
     "nbody_dask.clusters": {"KINDS", "client_context", "total_threads"},
     "nbody_dask.k8s": None,
     "nbody_dask.lease": None,
+    "nbody_dask.location": None,
     "nbody_dask.plan": None,
     "nbody_dask.units": None,
     "nbody_dask.kernels.cuda": None,

@@ -104,7 +104,7 @@ def validate(doc: dict[str, Any]) -> None:
         schema = _strict(versions[api_version]["schema"]["openAPIV3Schema"])
         jsonschema.Draft7Validator(schema).validate(body)
     else:
-        assert api_version == "v1" and kind in ("PersistentVolumeClaim",), \
+        assert api_version == "v1" and kind in ("PersistentVolumeClaim", "Secret"), \
             f"unexpected object {api_version} {kind}"
         _check_core({k: v for k, v in doc.items() if k != "status"}, f"V1{kind}", kind)
 

@@ -76,16 +76,36 @@ def test_cli_empty_store_is_one_line_and_deletes_nothing(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["precious.txt"]
 
 
-@pytest.mark.parametrize("url", ["s3://bucket/run.zarr", "memory://run.zarr",
-                                 "gs://b/r.zarr", "https://example.org/r.zarr"])
-def test_urls_are_refused_not_made_into_folders(no_cluster, tmp_path, monkeypatch, url):
+@pytest.mark.parametrize("url", ["memory://run.zarr", "https://example.org/r.zarr",
+                                 "ftp://host/r.zarr"])
+def test_urls_without_atomic_create_are_refused_not_made_into_folders(no_cluster, tmp_path,
+                                                                      monkeypatch, url):
     monkeypatch.chdir(tmp_path)
     scheme = url.split(":")[0]
-    with pytest.raises(ValueError, match=f"is a {scheme}:// URL; object storage is not"):
+    with pytest.raises(ValueError, match=f"{scheme}:// is not supported: a store needs an "
+                                         "object store whose exclusive create is atomic"):
         _run(url)
-    with pytest.raises(ValueError, match="URL"):
+    with pytest.raises(ValueError, match="is not supported"):
         nbody_dask.open_trajectory(url)
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("url, why", [
+    ("s3://bucket", "is a whole bucket; name a prefix in it"),
+    ("s3:///run.zarr", "names no bucket"),
+])
+def test_object_store_urls_must_name_a_prefix(no_cluster, url, why):
+    with pytest.raises(ValueError, match=why):
+        _run(url)
+
+
+def test_storage_options_need_an_object_store(no_cluster, tmp_path):
+    with pytest.raises(ValueError, match="storage_options are for object-store URLs"):
+        _run(tmp_path / "a.zarr", storage_options={"key": "k"})
+    with pytest.raises(ValueError, match="no store given"):
+        _run(None, storage_options={"key": "k"})
+    with pytest.raises(TypeError, match="storage_options must be a dict, got str"):
+        _run("s3://bucket/a.zarr", storage_options="key=k")
 
 
 def test_file_url_and_home_are_local_paths(client, tmp_path, monkeypatch):
@@ -94,3 +114,12 @@ def test_file_url_and_home_are_local_paths(client, tmp_path, monkeypatch):
     assert nbody_dask.open_trajectory(tmp_path / "by-url.zarr").sizes["time"] == 2
     _run("~/by-home.zarr", client=client)
     assert nbody_dask.open_trajectory("~/by-home.zarr").sizes["time"] == 2
+
+
+def test_a_missing_object_store_library_names_the_extra(no_cluster):
+    import importlib.util
+
+    if importlib.util.find_spec("gcsfs") is not None:
+        pytest.skip("gcsfs is installed")
+    with pytest.raises(ImportError, match=r"pip install 'nbody-dask\[gcs\]'"):
+        _run("gs://bucket/run.zarr")
