@@ -17,7 +17,9 @@ by :func:`nbody_dask.as_bodies` like any other input.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -27,6 +29,7 @@ from . import __version__
 from ._validate import check_new_file
 from .bodies import as_bodies, make_bodies
 from .gadget import SUFFIXES, read_gadget, write_gadget
+from .location import store_location
 from .storage import check_store_path, consolidate_metadata, is_trajectory_store, open_trajectory
 
 __all__ = ["load_bodies", "save_bodies"]
@@ -48,16 +51,20 @@ def _format(path: Path) -> str:
                      f"{', '.join(_NETCDF)}, .zarr or {', '.join(SUFFIXES)} (GADGET HDF5)")
 
 
-def load_bodies(path: str | os.PathLike, *, snapshot: int = -1) -> xr.Dataset:
+def load_bodies(path: str | os.PathLike, *, snapshot: int = -1,
+                storage_options: Mapping[str, Any] | None = None) -> xr.Dataset:
     """Read a body set (initial conditions) from a file.
 
     Parameters
     ----------
     path : str or os.PathLike
-        A ``.npz``, netCDF or Zarr file; see the module docstring.
+        A ``.npz``, netCDF or Zarr file; see the module docstring. Or the URL of a
+        trajectory in an object store (``s3://bucket/run.zarr``).
     snapshot : int, default -1
         Which snapshot of a trajectory to take (an index into its committed snapshots,
         negative from the end). Ignored for plain body sets.
+    storage_options : dict, optional
+        For a URL: the options of its fsspec file system (see :mod:`nbody_dask.location`).
 
     Returns
     -------
@@ -72,7 +79,10 @@ def load_bodies(path: str | os.PathLike, *, snapshot: int = -1) -> xr.Dataset:
     ValueError
         For an unknown format, missing variables, or a snapshot index out of range.
     """
-    path = Path(path)
+    location = store_location(path, storage_options)
+    if not location.is_local:  # a trajectory in an object store
+        return _snapshot_bodies(open_trajectory(location), snapshot, location.url)
+    path = location.path
     if not path.exists():
         raise FileNotFoundError(f"no body file at {str(path)!r}")
     kind = _format(path)
@@ -92,12 +102,17 @@ def load_bodies(path: str | os.PathLike, *, snapshot: int = -1) -> xr.Dataset:
         ds = xr.open_zarr(path, consolidated=consolidated is not None)
     else:
         ds = xr.open_dataset(path)
+    return _snapshot_bodies(ds, snapshot, str(path))
+
+
+def _snapshot_bodies(ds: xr.Dataset, snapshot: int, where: str) -> xr.Dataset:
+    """Snapshot ``snapshot`` of ``ds`` (or ``ds`` itself without a time axis) as bodies."""
     with ds:
         if "time" in ds.dims:
             count = ds.sizes["time"]
             if not -count <= snapshot < count:
                 raise ValueError(f"snapshot must be in [{-count}, {count - 1}] for "
-                                 f"{str(path)!r} ({count} snapshots), got {snapshot!r}")
+                                 f"{where!r} ({count} snapshots), got {snapshot!r}")
             ds = ds.isel(time=snapshot)
             ds = ds.drop_vars([v for v in ds.data_vars if "body" not in ds[v].dims])
         bodies = as_bodies(ds.load())

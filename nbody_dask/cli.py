@@ -20,14 +20,19 @@ import yaml
 
 __all__ = ["main"]
 
-def _initial_conditions(ic: str, n: int, seed: int, eccentricity: float):
-    """Bodies from a generator name, or from a file (see :mod:`nbody_dask.bodyfiles`)."""
+def _initial_conditions(ic: str, n: int, seed: int, eccentricity: float,
+                        storage_options: dict | None = None):
+    """Bodies from a generator name, or from a file or an object-store trajectory URL (see
+    :mod:`nbody_dask.bodyfiles`)."""
     from .bodyfiles import load_bodies
     from .initial_conditions import GENERATORS, generate
+    from .location import store_location
 
     if ic in GENERATORS:
         params = {"eccentricity": eccentricity} if ic == "kepler" else {}
         return generate(ic, n, seed, **params)
+    if "://" in ic and not store_location(ic, storage_options).is_local:
+        return load_bodies(ic, storage_options=storage_options)
     if not Path(ic).exists():
         raise click.BadParameter(f"{ic!r} is neither one of {', '.join(GENERATORS)} nor an "
                                  "existing file", param_hint="--ic")
@@ -107,7 +112,8 @@ def _storage_options(command):
     return click.option(
         "--storage-options", type=str, default=None, callback=_read_storage_options,
         metavar="JSON",
-        help="Options of an object store's file system (fsspec), for a STORE given as a URL, "
+        help="Options of an object store's file system (fsspec), for a store or trajectory "
+             "given as a URL, "
              "e.g. '{\"client_kwargs\": {\"endpoint_url\": \"http://minio:9000\"}}'; "
              "credentials may come from the environment instead (AWS_ACCESS_KEY_ID...).")(command)
 
@@ -139,7 +145,8 @@ def main() -> None:
               help="TOML or YAML file of option values (command-line options win).")
 @click.option("--ic", default="plummer", show_default=True, metavar="KIND|FILE",
               help="Initial conditions: plummer, uniform, kepler, cold-collapse, merger, disk, "
-                   "or a body file (.npz, .nc, .zarr, or a trajectory: its last snapshot).")
+                   "or a body file (.npz, .nc, .zarr, or a trajectory, also as a URL: its last "
+                   "snapshot).")
 @click.option("-n", "--n", "n", type=int, default=8192, show_default=True,
               help="Number of bodies (plummer, uniform).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
@@ -177,8 +184,12 @@ def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, 
         split_every, backend, layout, G, store, storage_options, overwrite, max_energy_error,
         cluster_kind, scheduler, scheduler_file, progress) -> None:
     """Run a simulation and write its trajectory to a Zarr store."""
+    from .location import store_location
+
     with _errors_as_messages():
-        bodies = _initial_conditions(ic, n, seed, eccentricity)
+        bodies = _initial_conditions(ic, n, seed, eccentricity, storage_options)
+        if store_location(store).is_local:  # the options were for --ic
+            storage_options = None
         _simulate_and_report(cluster_kind, scheduler, scheduler_file, store, bodies,
                              steps=steps, dt=dt, softening=softening,
                              snapshot_every=snapshot_every, dtype=dtype, tile_size=tile_size,
@@ -298,18 +309,19 @@ def ic_command(kind, output, n, seed, params, overwrite) -> None:
 
 
 @main.command()
-@click.argument("source", type=click.Path())
+@click.argument("source")
 @click.argument("output", type=click.Path())
+@_storage_options
 @click.option("--snapshot", type=int, default=-1, show_default=True,
               help="Snapshot of a trajectory to export (negative from the end).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing file.")
-def export(source, output, snapshot, overwrite) -> None:
+def export(source, output, storage_options, snapshot, overwrite) -> None:
     """Write one snapshot of SOURCE (a trajectory or body file) to OUTPUT: GADGET/SWIFT HDF5
     (.hdf5, .h5: readable by GADGET-4, AREPO, SWIFT, pynbody, yt), .npz, .nc or .zarr."""
     from .bodyfiles import load_bodies, save_bodies
 
     with _errors_as_messages():
-        bodies = load_bodies(source, snapshot=snapshot)
+        bodies = load_bodies(source, snapshot=snapshot, storage_options=storage_options)
         save_bodies(bodies, output, overwrite=overwrite)
         at = f" at time {float(bodies['time']):g}" if "time" in bodies.coords else ""
         click.echo(f"wrote {bodies.sizes['body']} bodies{at} to {output}")

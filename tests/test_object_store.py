@@ -79,7 +79,7 @@ def test_existing_object_store_is_kept_unless_overwrite(client, s3):
     assert location.read_bytes("notes.txt") == b"mine"
 
 
-def test_cli_runs_and_summarises_an_s3_store(s3):
+def test_cli_runs_summarises_exports_and_continues_an_s3_store(s3, tmp_path):
     url = s3.url("cli.zarr")
     options = json.dumps(s3.options)
     runner = CliRunner()
@@ -92,6 +92,20 @@ def test_cli_runs_and_summarises_an_s3_store(s3):
     assert f"store        {url}" in result.output
     assert "snapshots    3 committed" in result.output
     assert "verified     every chunk of 3 snapshot(s)" in result.output
+    # its last snapshot as initial conditions, and exported to a file
+    last = nbody_dask.open_trajectory(url, s3.options).isel(time=-1).load()
+    result = runner.invoke(main, ["export", url, str(tmp_path / "last.npz"),
+                                  "--storage-options", options])
+    assert result.exit_code == 0, result.output
+    with np.load(tmp_path / "last.npz") as exported:
+        np.testing.assert_array_equal(exported["position"], last.position.values)
+    result = runner.invoke(main, ["run", "--ic", url, "--steps", "2", "--no-progress",
+                                  "--store", str(tmp_path / "next.zarr"),
+                                  "--storage-options", options])
+    assert result.exit_code == 0, result.output
+    following = nbody_dask.open_trajectory(tmp_path / "next.zarr").isel(time=0).load()
+    np.testing.assert_array_equal(following.position.values, last.position.values)
+    assert float(following.time) == float(last.time)
 
 
 # -- the writer lease without rename, and with listings that lag -------------------------
