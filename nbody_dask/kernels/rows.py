@@ -7,11 +7,8 @@ over a source tile therefore runs in one thread, in source order, with the same 
 blocking (blocks are a multiple of 4 targets, so the remainder targets fall where they do in
 the serial kernel): the result is bit-identical to the serial kernel for any thread count.
 
-Threading layer: Dask may call this from several threads of one process (an in-process
-cluster), and Numba's default ``workqueue`` layer aborts the process on concurrent parallel
-calls. Unless ``NUMBA_THREADING_LAYER`` is set, importing this module asks Numba for a
-thread-safe layer (``omp`` or ``tbb``), which takes effect if no parallel Numba code ran in
-the process before.
+Dask may call this from several threads of one process: see :mod:`nbody_dask.kernels` for the
+thread-safe threading layer it runs on.
 """
 
 from __future__ import annotations
@@ -25,9 +22,6 @@ from numba import njit, prange
 from .cpu import accel_potential_tile, accel_tile
 
 __all__ = ["TARGET_BLOCK", "row_forces", "set_threads"]
-
-if "NUMBA_THREADING_LAYER" not in os.environ:
-    numba.config.THREADING_LAYER = "threadsafe"
 
 #: Targets per block (a multiple of the serial kernel's register blocking, 4).
 TARGET_BLOCK = 128
