@@ -20,6 +20,8 @@ MODULES = {
     "nbody_dask.k8s": None,
     "nbody_dask.lease": None,
     "nbody_dask.location": None,
+    "nbody_dask.accuracy": None,
+    "nbody_dask.kernels.tree": None,
     "nbody_dask.plan": None,
     "nbody_dask.units": None,
     "nbody_dask.kernels.cuda": None,

@@ -1,0 +1,157 @@
+"""The tree far-field kernel and the force-accuracy API, against a NumPy float64 direct sum."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+
+import nbody_dask
+from nbody_dask.accuracy import direct_reference, force_errors
+from nbody_dask.kernels.tree import THETA, build_tree, morton_keys, tree_accelerations
+
+
+def _direct(position, mass, softening=0.0, targets=None):
+    """Independent oracle: float64 NumPy, shape (k, 3); coincident bodies exert nothing."""
+    pos = np.asarray(position, dtype=np.float64)
+    m = np.asarray(mass, dtype=np.float64)
+    targets = np.arange(len(pos)) if targets is None else targets
+    out = np.empty((len(targets), 3))
+    for lo in range(0, len(targets), 256):
+        t = targets[lo:lo + 256]
+        d = pos[None, :, :] - pos[t][:, None, :]
+        r2 = (d**2).sum(-1) + softening**2
+        with np.errstate(divide="ignore"):
+            inv3 = np.where(r2 > 0, r2**-1.5, 0.0)
+        out[lo:lo + 256] = np.einsum("tj,tjk->tk", m[None, :] * inv3, d)
+    return out
+
+
+def _tree(bodies, dtype, **kwargs):
+    pos = bodies.position.values.T.astype(dtype)
+    return tree_accelerations(pos, bodies.mass.values.astype(dtype), **kwargs).T
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 97, 1000])
+def test_with_every_cell_opened_the_tree_is_the_direct_sum(n):
+    bodies = nbody_dask.plummer(max(n, 2), seed=5).isel(body=slice(0, n))
+    ref = _direct(bodies.position.values, bodies.mass.values, 0.01)
+    got = _tree(bodies, np.float64, softening=0.01, theta=1e-9, leaf_size=8)
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+    got32 = _tree(bodies, np.float32, softening=0.01, theta=1e-9, leaf_size=8)
+    assert got32.dtype == np.float32
+    np.testing.assert_allclose(got32, ref, rtol=2e-4, atol=2e-5 * np.abs(ref).max())
+
+
+def test_error_falls_steadily_as_theta_falls():
+    bodies = nbody_dask.plummer(4096, seed=2)
+    ref = _direct(bodies.position.values, bodies.mass.values)
+    medians = []
+    for theta in (0.9, 0.7, 0.5, 0.35, 0.2):
+        got = _tree(bodies, np.float64, theta=theta)
+        err = np.linalg.norm(got - ref, axis=1) / np.linalg.norm(ref, axis=1)
+        medians.append(np.median(err))
+    assert all(b < 0.8 * a for a, b in zip(medians[:-1], medians[1:], strict=True)), medians
+    assert medians[-1] < 1e-4
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kind", ["plummer", "disk", "merger"])
+def test_default_accuracy_at_65536_bodies(kind, dtype):
+    """Median <= 3e-4 and p99 <= 3e-3 at the defaults (pytreegrav's default: 1.1e-3 and
+    6.8e-3 on this Plummer sphere, measured in benchmarks/tree.py)."""
+    bodies = {"plummer": lambda: nbody_dask.plummer(65536, seed=1),
+              "disk": lambda: nbody_dask.exponential_disk(65536, seed=1),
+              "merger": lambda: nbody_dask.merger(65536, seed=1)}[kind]()
+    acc = _tree(bodies, dtype, softening=0.0)
+    targets = np.sort(np.random.default_rng(3).choice(65536, 400, replace=False))
+    ref = _direct(bodies.position.values, bodies.mass.values, 0.0, targets)
+    err = np.linalg.norm(acc[targets] - ref, axis=1) / np.linalg.norm(ref, axis=1)
+    assert np.median(err) <= 3e-4 and np.quantile(err, 0.99) <= 3e-3, \
+        (np.median(err), np.quantile(err, 0.99))
+
+
+def test_coincident_bodies_without_softening_stay_finite():
+    pos = np.zeros((3, 50))
+    pos[:, 25:] = 1.0  # two clumps of 25 coincident bodies
+    acc = tree_accelerations(pos, np.ones(50), softening=0.0, theta=0.5, leaf_size=4)
+    assert np.isfinite(acc).all()
+    np.testing.assert_allclose(acc[:, 0], 25 / np.sqrt(3) ** 3 * np.ones(3),
+                               rtol=1e-12)
+
+
+def test_the_result_does_not_depend_on_the_threads():
+    bodies = nbody_dask.plummer(20000, seed=9)
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = _tree(bodies, np.float32)
+        numba.set_num_threads(before)
+        many = _tree(bodies, np.float32)
+    finally:
+        numba.set_num_threads(before)
+    np.testing.assert_array_equal(one, many)
+
+
+def test_tree_cells_cover_the_bodies_in_pre_order():
+    rng = np.random.default_rng(0)
+    x, y, z = rng.random((3, 5000))
+    keys = np.sort(morton_keys(x, y, z, np.zeros(3), 1.0))
+    start, end, skip, leaf = build_tree(keys, 16)
+    assert start[0] == 0 and end[0] == 5000 and skip[0] == len(start)
+    assert ((end - start)[leaf] <= 16).all()
+    assert (end[leaf] - start[leaf]).sum() == 5000  # leaves partition the bodies
+    for cell in np.nonzero(~leaf)[0]:  # children tile their parent's run, in order
+        child, covered = cell + 1, start[cell]
+        while child < skip[cell]:
+            assert start[child] == covered
+            covered = end[child]
+            child = skip[child]
+        assert covered == end[cell]
+
+
+@pytest.mark.parametrize("bad, match", [(dict(theta=0.0), "theta must be in"),
+                                        (dict(theta=1.5), "theta must be in"),
+                                        (dict(leaf_size=0), "leaf_size must be >= 1")])
+def test_bad_parameters_are_named(bad, match):
+    with pytest.raises(ValueError, match=match):
+        tree_accelerations(np.zeros((3, 4)), np.ones(4), **bad)
+
+
+def test_default_theta_is_documented_value():
+    assert 0 < THETA <= 1
+
+
+# -- the accuracy API ----------------------------------------------------------------------
+
+def test_force_errors_of_a_float64_direct_sum_are_round_off():
+    bodies = nbody_dask.plummer(600, seed=4)
+    exact = _direct(bodies.position.values, bodies.mass.values, 0.02)
+    ref = direct_reference(bodies, np.arange(600), softening=0.02, G=2.0)
+    np.testing.assert_allclose(ref, 2.0 * exact, rtol=1e-12)
+    stats = force_errors(bodies, exact, softening=0.02, sample=100, seed=1)
+    assert stats.max < 1e-12 and len(stats.targets) == 100
+    assert list(stats.targets) == sorted(set(stats.targets))
+    assert "relative force error over 100 targets" in str(stats)
+
+
+def test_force_errors_measure_float32_and_tree_errors():
+    bodies = nbody_dask.plummer(2048, seed=4)
+    acc32 = _direct(bodies.position.values, bodies.mass.values).astype(np.float32)
+    assert 1e-9 < force_errors(bodies, acc32).median < 1e-6
+    tree = _tree(bodies, np.float64, theta=0.7)
+    stats = force_errors(bodies, tree, sample=5000)  # more than there are: all bodies
+    assert len(stats.targets) == 2048 and 1e-4 < stats.median < 1e-2
+    assert stats.median <= stats.p99 <= stats.max
+    assert stats.as_dict()["targets"] == 2048
+
+
+def test_force_errors_of_a_lone_body_and_bad_shapes():
+    one = nbody_dask.make_bodies(position=[[0.0, 0.0, 0.0]], velocity=[[0.0, 0.0, 0.0]],
+                                 mass=[1.0])
+    assert force_errors(one, np.zeros((1, 3))).max == 0.0
+    assert force_errors(one, np.ones((1, 3))).max == np.inf
+    with pytest.raises(ValueError, match=r"accelerations must have shape \(1, 3\)"):
+        force_errors(one, np.zeros((3, 1)))
+    with pytest.raises(ValueError, match="sample must be >= 1"):
+        force_errors(one, np.zeros((1, 3)), sample=0)
