@@ -21,6 +21,7 @@ MODULES = {
     "nbody_dask.lease": None,
     "nbody_dask.location": None,
     "nbody_dask.accuracy": None,
+    "nbody_dask.testing": None,
     "nbody_dask.kernels.tree": None,
     "nbody_dask.plan": None,
     "nbody_dask.units": None,

@@ -7,7 +7,8 @@ import pytest
 
 import nbody_dask
 from nbody_dask.diagnostics import virial_ratio
-from nbody_dask.kernels.cpu import accel_tile, direct_sum_reference
+from nbody_dask.kernels.cpu import accel_tile
+from nbody_dask.testing import direct_sum_reference
 
 
 def _energies(ds):

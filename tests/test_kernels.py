@@ -18,8 +18,8 @@ from numba import njit
 import nbody_dask
 from nbody_dask.kernels.cpu import (_JIT, SYMMETRIC_CHUNK, _pair_accel, _self_accel,
                                     accel_potential_tile,
-                                    accel_tile, direct_sum_reference, self_tile_forces,
-                                    symmetric_pair_forces)
+                                    accel_tile, self_tile_forces, symmetric_pair_forces)
+from nbody_dask.testing import direct_sum_reference
 
 SIZES_AND_TILES = [(1, 1), (2, 1), (2, 2), (3, 2), (17, 4), (17, 17), (1000, 250), (1000, 333),
                    (4099, 1024), (4099, 4099)]

@@ -9,22 +9,11 @@ import pytest
 import nbody_dask
 from nbody_dask.accuracy import direct_reference, force_errors
 from nbody_dask.kernels.tree import THETA, build_tree, morton_keys, tree_accelerations
+from nbody_dask.testing import direct_sum_reference
 
 
 def _direct(position, mass, softening=0.0, targets=None):
-    """Independent oracle: float64 NumPy, shape (k, 3); coincident bodies exert nothing."""
-    pos = np.asarray(position, dtype=np.float64)
-    m = np.asarray(mass, dtype=np.float64)
-    targets = np.arange(len(pos)) if targets is None else targets
-    out = np.empty((len(targets), 3))
-    for lo in range(0, len(targets), 256):
-        t = targets[lo:lo + 256]
-        d = pos[None, :, :] - pos[t][:, None, :]
-        r2 = (d**2).sum(-1) + softening**2
-        with np.errstate(divide="ignore"):
-            inv3 = np.where(r2 > 0, r2**-1.5, 0.0)
-        out[lo:lo + 256] = np.einsum("tj,tjk->tk", m[None, :] * inv3, d)
-    return out
+    return direct_sum_reference(position, mass, softening, targets=targets)[0]
 
 
 def _tree(bodies, dtype, **kwargs):

@@ -31,7 +31,7 @@ from numba import njit
 
 __all__ = ["accel_tile", "accel_potential_tile", "tile_pair_forces", "symmetric_pair_forces",
            "self_tile_forces",
-           "SYMMETRIC_CHUNK", "direct_sum_reference"]
+           "SYMMETRIC_CHUNK"]
 
 _JIT = dict(nogil=True, cache=True, fastmath=True, error_model="numpy", boundscheck=False)
 
@@ -358,35 +358,3 @@ def self_tile_forces(position, mass, eps2, with_potential):
     """
     kernel = _SYMMETRIC[bool(with_potential), True]
     return kernel(*position, mass, *position, mass, eps2)[0]
-
-
-def direct_sum_reference(position, mass, softening=0.0, G=1.0):
-    """Independent float64 NumPy direct sum: accelerations and potentials.
-
-    The oracle the tests compare against. O(N^2) memory: keep N modest.
-
-    Parameters
-    ----------
-    position : array_like, shape (n, 3)
-    mass : array_like, shape (n,)
-    softening : float
-        Plummer softening length eps.
-    G : float
-        Gravitational constant.
-
-    Returns
-    -------
-    acc : ndarray, shape (n, 3)
-    phi : ndarray, shape (n,)
-        Potential of each body, self term excluded.
-    """
-    pos = np.asarray(position, dtype=np.float64)
-    m = np.asarray(mass, dtype=np.float64)
-    d = pos[None, :, :] - pos[:, None, :]  # d[i, j] = r_j - r_i
-    r2 = np.einsum("ijk,ijk->ij", d, d) + float(softening) ** 2
-    np.fill_diagonal(r2, np.inf)  # self term: zero force, excluded from the potential
-    with np.errstate(divide="ignore"):
-        inv = np.where(r2 > 0, 1.0 / np.sqrt(r2), 0.0)
-    acc = G * np.einsum("ij,ijk->ik", m[None, :] * inv**3, d)
-    phi = -G * (inv * m[None, :]).sum(axis=1)
-    return acc, phi
