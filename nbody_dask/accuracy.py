@@ -73,8 +73,7 @@ def direct_reference(bodies: Any, targets: np.ndarray, softening: float = 0.0,
     mass = ds["mass"].values.astype(np.float64)
     targets = np.asarray(targets, dtype=np.int64)
     n = position.shape[0]
-    starts = np.arange(0, n + _SOURCE_BLOCK, _SOURCE_BLOCK).clip(max=n)
-    starts = np.unique(starts) if n else np.zeros(1, dtype=np.int64)
+    starts = np.append(np.arange(0, n, _SOURCE_BLOCK), n)  # blocks [starts[j], starts[j+1])
     xt, yt, zt = (np.ascontiguousarray(position[targets, a]) for a in range(3))
     xs, ys, zs = (np.ascontiguousarray(position[:, a]) for a in range(3))
     eps2 = np.float64(softening) ** 2

@@ -144,3 +144,18 @@ def test_force_errors_of_a_lone_body_and_bad_shapes():
         force_errors(one, np.zeros((3, 1)))
     with pytest.raises(ValueError, match="sample must be >= 1"):
         force_errors(one, np.zeros((1, 3)), sample=0)
+
+
+def test_a_deep_chain_of_one_child_cells_grows_the_tree():
+    """Clumps of bodies closer than a key cell, each a little larger than a leaf, give chains
+    of one-child cells down to the last key bit: more cells than build_tree first allots."""
+    rng = np.random.default_rng(1)
+    pos = np.repeat(rng.random((3, 40)), 21, axis=1)  # 40 clumps of 21 bodies
+    pos += rng.random(pos.shape) * 1e-9  # apart by less than a key cell
+    n, leaf_size = pos.shape[1], 20
+    keys = np.sort(morton_keys(*pos, np.zeros(3), 1.0))
+    start, _, _, _ = build_tree(keys, leaf_size)
+    assert len(start) > 2 * (n // leaf_size + 1) * 8 + 1  # the first allotment was exceeded
+    acc = tree_accelerations(pos, np.ones(n), softening=0.01, theta=1e-9, leaf_size=leaf_size)
+    ref = _direct(pos.T, np.ones(n), 0.01)
+    np.testing.assert_allclose(acc.T, ref, rtol=1e-9, atol=1e-9 * np.abs(ref).max())

@@ -108,7 +108,7 @@ def build_tree(keys, leaf_size):
     while top > 0:
         top -= 1
         lo, hi, level, up = stack_lo[top], stack_hi[top], stack_level[top], stack_parent[top]
-        if count == cap:  # cannot happen for leaf_size >= 1; grow to be safe
+        if count == cap:  # chains of one-child cells (clustered bodies): grow
             start = np.concatenate((start, np.empty(cap, dtype=np.int64)))
             end = np.concatenate((end, np.empty(cap, dtype=np.int64)))
             parent = np.concatenate((parent, np.empty(cap, dtype=np.int64)))
