@@ -31,7 +31,7 @@ def _initial_conditions(ic: str, n: int, seed: int, eccentricity: float,
     if ic in GENERATORS:
         params = {"eccentricity": eccentricity} if ic == "kepler" else {}
         return generate(ic, n, seed, **params)
-    if "://" in ic and not store_location(ic, storage_options).is_local:
+    if "://" in ic and not store_location(ic).is_local:
         return load_bodies(ic, storage_options=storage_options)
     if not Path(ic).exists():
         raise click.BadParameter(f"{ic!r} is neither one of {', '.join(GENERATORS)} nor an "

@@ -207,6 +207,7 @@ class ObjectLocation(StoreLocation):
         self.url = url.rstrip("/")
         self.protocol = protocol
         self.storage_options = dict(storage_options)
+        self._reached = False  # check_reachable succeeded once: the run's later calls skip it
 
     def _key(self) -> tuple:
         from dask.base import tokenize
@@ -276,7 +277,10 @@ class ObjectLocation(StoreLocation):
     def check_reachable(self, timeout: float = 8.0) -> None:
         """Look at the store's bucket within ``timeout`` seconds; raise
         :class:`StoreUnreachableError` in one line if it cannot (no endpoint, bad
-        credentials, no such bucket)."""
+        credentials, no such bucket). Once it succeeded, later calls on this location return
+        at once (a run validates, resumes, loads and reopens through one location)."""
+        if self._reached:
+            return
         import fsspec
 
         bucket = self.root.split("/", 1)[0]
@@ -302,6 +306,7 @@ class ObjectLocation(StoreLocation):
                                         f"within {timeout:g} s; check the endpoint and network")
         exc = outcome[0]
         if exc is None:
+            self._reached = True
             return
         if isinstance(exc, FileNotFoundError):
             why = f"bucket {bucket!r} does not exist"
