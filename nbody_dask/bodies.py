@@ -303,6 +303,10 @@ class Tile:
         G already applied; None where not yet known (between drift and force).
     potential : ndarray, shape (n,), optional
         Gravitational potential per unit mass (G applied), on snapshot steps only.
+    ids : ndarray of int64, shape (n,), optional
+        Each body's index in the body set, for a tile of bodies gathered from anywhere (a
+        spatial tile of the tree method, :mod:`nbody_dask.spatial`); None for a contiguous
+        run, whose bodies are ``start, start + 1, ...``.
     """
 
     start: int
@@ -311,10 +315,26 @@ class Tile:
     mass: np.ndarray
     acceleration: np.ndarray | None = None
     potential: np.ndarray | None = None
+    ids: np.ndarray | None = None
 
     @property
     def size(self) -> int:
         return self.mass.shape[0]
+
+    @property
+    def body_ids(self) -> np.ndarray:
+        """Each body's index in the body set (int64)."""
+        if self.ids is not None:
+            return self.ids
+        return np.arange(self.start, self.start + self.size, dtype=np.int64)
+
+    def take(self, index: np.ndarray) -> Tile:
+        """The bodies ``index`` of this tile (in that order), with their ids."""
+        def pick(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else np.ascontiguousarray(a[..., index])
+
+        return Tile(-1, pick(self.position), pick(self.velocity), pick(self.mass),
+                    pick(self.acceleration), pick(self.potential), self.body_ids[index])
 
     def evolve(self, **changes: Any) -> Tile:
         """A copy with some fields replaced (tiles are immutable once on a worker)."""

@@ -10,7 +10,12 @@ A step (``"pairs"`` layout) is ``T`` drift tasks, the plan's tile-pair tasks, th
 tasks of the plan's reduction tree and ``T`` kick tasks. With ``"rows"`` it is ``T`` drift
 tasks, about ``sqrt(T)`` tasks that gather blocks of drifted positions, and ``T`` row tasks,
 each of which runs its row of tile pairs with the parallel kernel and sums them with the
-same groups. Partials of a target tile are always summed in source order within
+same groups. With the tree method (``plan.method == "tree"``) a step is ``T`` drift tasks,
+``T`` tree tasks (each tile's octree and moments), ``T**2`` tile-pair walks, the combine
+tasks and ``T`` kick tasks, in either layout; at the plan's re-tiling steps the drifted tiles
+are first re-cut along the Morton curve (:func:`retile`), and snapshots route the spatial
+tiles back to body order before writing. Partials of a target tile are always summed in
+source order within
 fixed groups, so the result does not depend on the number of workers, the scheduling order,
 retries, or the layout: runs are bit-reproducible.
 
@@ -20,6 +25,8 @@ steps as one task that way (:func:`fused_steps`), with exactly the operations of
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,10 +38,13 @@ from .diagnostics import tile_diagnostics
 from .integrators import check_finite, close_step, open_step
 from .plan import Plan
 from .location import StoreLocation
+from .spatial import (bounding_cube, cut_by_chunk, cut_by_splitters, key_sample, merge_by_id,
+                      merge_parts, sample_stride, splitters, tile_extent)
 from .storage import write_tile
 
 __all__ = ["Graph", "key", "pair_forces", "symmetric_pair_forces", "self_forces",
-           "gather_sources", "row_forces",
+           "gather_sources", "row_forces", "tile_tree", "tree_pair_forces", "retile",
+           "body_order",
            "sum_in_order", "sum_sides", "initial_graph", "steps_graph", "snapshot_graph",
            "fused_steps", "execute"]
 
@@ -109,6 +119,26 @@ def row_forces(target: int, own: Tile, blocks: Sequence[tuple], softening: float
     return list(out)
 
 
+def tile_tree(tile: Tile, leaf_size: int):
+    """The tile's octree and moments (:class:`~nbody_dask.kernels.tree.TileTree`)."""
+    from .kernels import tree
+
+    return tree.build(tile.position, tile.mass, leaf_size)
+
+
+def tree_pair_forces(target, source, softening: float, theta: float, with_potential: bool,
+                     same: bool, threads: int | None) -> np.ndarray:
+    """Partial forces (G = 1) on tile tree ``target`` due to tile tree ``source``: one group
+    walk per target leaf (3 or 4 rows, in the target tile's order), on ``threads`` Numba
+    threads of this task (None: every core; the result does not depend on them)."""
+    from .kernels import rows, tree
+
+    ftype = target.x.dtype.type
+    rows.set_threads(threads)
+    return tree.walk(target, source, ftype(softening) * ftype(softening), theta,
+                     with_potential, same)
+
+
 def sum_in_order(*parts: np.ndarray) -> np.ndarray:
     """Sum arrays left to right (a fixed order, hence a reproducible rounding)."""
     total = parts[0].copy()
@@ -161,6 +191,8 @@ def _forces(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence,
     """Add the force tasks of one evaluation on ``tiles`` (keys or futures at one time) and
     the closing tasks; return the keys of the closed tiles."""
     t = len(tiles)
+    if plan.method == "tree":
+        return _tree_forces(dsk, plan, token, step, tiles, with_potential, dt, threads)
     if plan.layout == "rows":
         groups, blocks = plan.groups(), []
         for b, (lo, hi) in enumerate(plan.source_blocks()):
@@ -182,14 +214,91 @@ def _forces(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence,
         else:
             dsk[key(token, "pair", step, i, j)] = (symmetric_pair_forces, tiles[i], tiles[j],
                                                    plan.softening, with_potential)
+    return _close_rows(dsk, plan, token, step, tiles, dt)
+
+
+def _close_rows(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence,
+                dt: float | None) -> list[str]:
+    """Add the combine and kick tasks of every target tile over the step's pair tasks."""
     out, groups = [], plan.groups()
-    for i in range(t):
+    for i in range(len(tiles)):
         parts = [(key(token, "pair", step, *pair), side) for pair, side in plan.parts(i)]
         parts = _combine(dsk, parts, groups,
                          lambda level, g, i=i: key(token, f"combine{level}", step, i, g))
         out.append(key(token, "kick", step, i))
         dsk[out[-1]] = (close, step, tiles[i], plan.G, dt, [s for _, s in parts],
                         *[p for p, _ in parts])
+    return out
+
+
+def _tree_forces(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence,
+                 with_potential: bool, dt: float | None, threads: int | None) -> list[str]:
+    """The tree method's force tasks: a tree per tile, a walk per tile pair, the closing
+    tasks. A walk uses one thread in the ``"pairs"`` layout with several tiles (the
+    worker's threads run many walks), the worker's cores otherwise."""
+    if plan.layout == "pairs" and len(tiles) > 1:
+        threads = 1
+    trees = [key(token, "tree", step, i) for i in range(len(tiles))]
+    for name, tile in zip(trees, tiles, strict=True):
+        dsk[name] = (tile_tree, tile, plan.leaf_size)
+    for i, j in plan.pair_tasks():
+        dsk[key(token, "pair", step, i, j)] = (tree_pair_forces, trees[i], trees[j],
+                                               plan.softening, plan.theta, with_potential,
+                                               i == j, threads)
+    return _close_rows(dsk, plan, token, step, tiles, dt)
+
+
+def retile(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence) -> list[str]:
+    """Add the tasks that re-cut ``tiles`` into spatial tiles along the Morton curve
+    (:mod:`nbody_dask.spatial`); return the keys of the new tiles.
+
+    ``T`` extents, one cube, ``T`` key samples, one splitter task, ``T`` cuts, ``T**2``
+    parts and ``T`` merges: no task holds more than one tile's bodies.
+    """
+    t = len(tiles)
+    name = functools.partial(key, token)
+    extents = [name("extent", step, i) for i in range(t)]
+    samples = [name("sample", step, i) for i in range(t)]
+    cuts = [name("cut", step, i) for i in range(t)]
+    cube, split = name("cube", step), name("splitters", step)
+    stride = sample_stride(plan.n, t)
+    for i, tile in enumerate(tiles):
+        dsk[extents[i]] = (tile_extent, tile)
+    dsk[cube] = (bounding_cube, *extents)
+    for i, tile in enumerate(tiles):
+        dsk[samples[i]] = (key_sample, tile, cube, stride)
+    dsk[split] = (splitters, t, *samples)
+    for i, tile in enumerate(tiles):
+        dsk[cuts[i]] = (cut_by_splitters, tile, cube, split)
+    out = []
+    for new in range(t):
+        parts = []
+        for i in range(t):
+            parts.append(name("part", step, i, new))
+            dsk[parts[-1]] = (operator.getitem, cuts[i], new)
+        out.append(name("spatial", step, new))
+        dsk[out[-1]] = (merge_parts, *parts)
+    return out
+
+
+def body_order(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence) -> list[str]:
+    """Add the tasks that route spatial ``tiles`` back to body order, in the plan's tile
+    bounds (the store's chunks); return their keys. Without spatial tiles: ``tiles``."""
+    if not plan.spatial:
+        return list(tiles)
+    bounds = plan.tile_bounds()
+    name = functools.partial(key, token)
+    cuts = [name("bycut", step, i) for i in range(len(tiles))]
+    for i, tile in enumerate(tiles):
+        dsk[cuts[i]] = (cut_by_chunk, tile, plan.tile_size, len(bounds))
+    out = []
+    for c, (lo, _) in enumerate(bounds):
+        parts = []
+        for i in range(len(tiles)):
+            parts.append(name("bypart", step, i, c))
+            dsk[parts[-1]] = (operator.getitem, cuts[i], c)
+        out.append(name("bodyorder", step, c))
+        dsk[out[-1]] = (merge_by_id, lo, *parts)
     return out
 
 
@@ -212,6 +321,8 @@ def initial_graph(plan: Plan, token: str, tiles: Sequence, with_potential: bool 
                   threads: int | None = None) -> tuple[Graph, list[str]]:
     """Attach forces (and potentials) to the initial ``tiles``: step 0, no kick."""
     dsk: Graph = {}
+    if plan.spatial:
+        tiles = retile(dsk, plan, token, 0, tiles)
     return dsk, _forces(dsk, plan, token, 0, tiles, with_potential, None, threads)
 
 
@@ -224,10 +335,13 @@ def steps_graph(plan: Plan, token: str, tiles: Sequence, first: int, last: int,
     on ``potential_steps`` (snapshot steps).
     """
     dsk: Graph = {}
+    retiles = plan.retile_steps()
     for step in range(first, last + 1):
         drifted = [key(token, "drift", step, i) for i in range(len(tiles))]
         for name, tile in zip(drifted, tiles, strict=True):
             dsk[name] = (open_step, tile, plan.dt)
+        if step in retiles:
+            drifted = retile(dsk, plan, token, step, drifted)
         tiles = _forces(dsk, plan, token, step, drifted, step in potential_steps, plan.dt,
                         threads)
     return dsk, list(tiles)
@@ -251,6 +365,7 @@ def snapshot_graph(plan: Plan, token: str, tiles: Sequence, step: int,
     is the run's lease id (:mod:`nbody_dask.lease`), checked before each write.
     """
     dsk: Graph = {}
+    tiles = body_order(dsk, plan, token, step, tiles)
     parts = [(key(token, "snapshot", step, i), None) for i in range(len(tiles))]
     for (name, _), tile in zip(parts, tiles, strict=True):
         dsk[name] = (write_and_measure, path, index, tile, plan.G, token, writer)

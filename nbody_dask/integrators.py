@@ -74,10 +74,11 @@ def check_finite(tile: Tile, step: int) -> Tile:
         values = getattr(tile, name)
         finite = np.isfinite(values).all(axis=0)
         if not finite.all():
-            body = tile.start + int(np.argmin(finite))
+            where = int(np.argmin(finite))
             raise NonFiniteStateError(
-                f"the state is not finite after step {step}: {name} of body {body} is "
-                f"{values[:, body - tile.start].tolist()} (dt too large, bodies too close with "
-                f"too little softening, or values beyond {tile.position.dtype}'s range); the "
-                f"run stopped, snapshots committed before this step are intact")
+                f"the state is not finite after step {step}: {name} of body "
+                f"{int(tile.body_ids[where])} is {values[:, where].tolist()} (dt too large, "
+                f"bodies too close with too little softening, or values beyond "
+                f"{tile.position.dtype}'s range); the run stopped, snapshots committed "
+                f"before this step are intact")
     return tile

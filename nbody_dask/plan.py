@@ -25,10 +25,17 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-__all__ = ["LAYOUTS", "check_layout", "Plan", "Part", "tile_bounds", "auto_tile_size",
+__all__ = ["LAYOUTS", "METHODS", "check_layout", "check_method", "resolve_method",
+           "TREE_CROSSOVER", "Plan", "Part", "tile_bounds", "auto_tile_size",
            "reduction_groups", "submission_ends"]
 
 LAYOUTS = ("pairs", "rows")
+METHODS = ("auto", "direct", "tree")
+
+#: ``method="auto"`` runs direct summation below this many bodies and the tree from it on:
+#: where a simulate() step with the tree's default accuracy became faster than direct
+#: summation's on the default local cluster (benchmarks/crossover.py).
+TREE_CROSSOVER = 16_384
 
 Part = tuple[tuple[int, int], int | None]
 """A partial force on a target tile: ``((i, j), side)``, the tile-pair task ``(i, j)`` and,
@@ -43,13 +50,27 @@ def check_layout(layout: object) -> str:
     return str(layout)
 
 
+def check_method(method: object) -> str:
+    """``method`` if it names a force method (:data:`METHODS`), else a ValueError naming it."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    return str(method)
+
+
+def resolve_method(method: str, n: int) -> str:
+    """``"direct"`` or ``"tree"``: ``"auto"`` decides by :data:`TREE_CROSSOVER`."""
+    if method != "auto":
+        return method
+    return "tree" if n >= TREE_CROSSOVER else "direct"
+
+
 def tile_bounds(n: int, tile_size: int) -> list[tuple[int, int]]:
     """Half-open ``(start, stop)`` ranges covering ``0..n``; the last holds the remainder."""
     return [(lo, min(lo + tile_size, n)) for lo in range(0, n, tile_size)]
 
 
 def auto_tile_size(n: int, threads: int, backend: str = "cpu", layout: str = "pairs",
-                   workers: int = 1) -> int:
+                   workers: int = 1, method: str = "direct") -> int:
     """Default tile size for ``n`` bodies on a cluster with ``threads`` worker threads.
 
     With ``layout="rows"`` there is one tile per worker (``workers``): each worker's row task
@@ -84,12 +105,16 @@ def auto_tile_size(n: int, threads: int, backend: str = "cpu", layout: str = "pa
         Task layout (see the module docstring).
     workers : int
         Worker processes of the cluster (used by ``layout="rows"``).
+    method : {"direct", "tree"}
+        Force method; the tree's tiles are spatial, see :func:`_tree_tile_size`.
 
     Returns
     -------
     int
         Bodies per tile (the last tile holds the remainder).
     """
+    if method == "tree":
+        return _tree_tile_size(n, threads)
     if layout == "rows":
         return max(1, math.ceil(n / max(1, int(workers))))
     if backend == "cuda":
@@ -102,6 +127,17 @@ def auto_tile_size(n: int, threads: int, backend: str = "cpu", layout: str = "pa
     while tiles < most and _balance(tiles, threads) < 0.9:
         tiles += 1
     return max(1, math.ceil(n / tiles))
+
+
+def _tree_tile_size(n: int, threads: int) -> int:
+    """Tile size of the tree method: up to 16,384 bodies one tile (a fused task of many
+    steps); beyond that ``T`` spatial tiles with ``T**2 >= 4 * threads`` tile-pair tasks, so
+    that the threads share a step's uneven pair tasks (a tile with itself costs most, a far
+    pair little), and at most 1,048,576 bodies a tile (the memory of one task)."""
+    if n <= 16_384:
+        return max(n, 1)
+    tiles = max(math.ceil(math.sqrt(4 * max(1, int(threads)))), math.ceil(n / 1_048_576))
+    return max(1, math.ceil(n / min(tiles, n // 4_096)))
 
 
 def _balance(tiles: int, threads: int) -> float:
@@ -165,6 +201,16 @@ class Plan:
         Symmetric CPU kernel: one task per unordered tile pair (``"pairs"`` layout only).
     layout : {"pairs", "rows"}
         Task layout (module docstring).
+    method : {"direct", "tree"}
+        Force method: exact direct summation, or the tree (:mod:`nbody_dask.kernels.tree`)
+        on spatial tiles re-cut along the Morton curve (:mod:`nbody_dask.spatial`) at every
+        snapshot step and every ``retile_every`` steps.
+    theta : float
+        The tree's opening angle.
+    leaf_size : int
+        The tree's most bodies per leaf.
+    retile_every : int
+        The tree's re-tiling interval in steps (snapshot steps re-tile as well).
     """
 
     n: int
@@ -179,9 +225,18 @@ class Plan:
     backend: str = "cpu"
     symmetric: bool = False
     layout: str = "pairs"
+    method: str = "direct"
+    theta: float = 0.4
+    leaf_size: int = 64
+    retile_every: int = 10
 
     def __post_init__(self) -> None:
         check_layout(self.layout)
+        if check_method(self.method) == "auto":
+            raise ValueError("a plan's method is 'direct' or 'tree' (see resolve_method)")
+        if self.method == "tree" and self.backend == "cuda":
+            raise ValueError("method='tree' runs on CPUs; backend='cuda' needs "
+                             "method='direct'")
         if self.layout == "rows" and self.backend == "cuda":
             raise ValueError("layout='rows' runs the parallel CPU kernel; backend='cuda' "
                              "needs layout='pairs'")
@@ -190,11 +245,13 @@ class Plan:
 
     def settle(self, threads: int, workers: int, backend: str) -> Plan:
         """This plan with the tile size and backend chosen for a cluster (unless given)."""
-        if self.layout == "rows":
+        if self.layout == "rows" or self.method == "tree":
             backend = "cpu"
-        tile = self.tile_size or auto_tile_size(self.n, threads, backend, self.layout, workers)
+        tile = self.tile_size or auto_tile_size(self.n, threads, backend, self.layout, workers,
+                                                self.method)
         return replace(self, tile_size=tile, backend=backend,
-                       symmetric=self.symmetric and backend == "cpu" and self.layout == "pairs")
+                       symmetric=(self.symmetric and backend == "cpu" and self.layout == "pairs"
+                                  and self.method == "direct"))
 
     def stored(self) -> dict[str, Any]:
         """The plan as plain JSON-able data, as kept in the store."""
@@ -221,6 +278,20 @@ class Plan:
         return self.tile_size
 
     @property
+    def spatial(self) -> bool:
+        """Tiles are re-cut along the Morton curve (the tree method with several tiles)."""
+        return self.method == "tree" and self.n_tiles > 1
+
+    def retile_steps(self) -> frozenset[int]:
+        """Steps whose force evaluation follows a re-tiling (none unless :attr:`spatial`):
+        every snapshot step and every ``retile_every`` steps, so that a run resumed from any
+        snapshot re-tiles where the uninterrupted run did."""
+        if not self.spatial:
+            return frozenset()
+        return frozenset(self.snapshot_steps()) | frozenset(
+            range(0, self.steps + 1, self.retile_every))
+
+    @property
     def fused(self) -> bool:
         """One tile: several steps run as one task (Dask's round trip would dominate)."""
         return self.n_tiles == 1
@@ -237,13 +308,13 @@ class Plan:
         only ``i <= j`` exist, and ``(i, j)`` with ``i < j`` gives the forces on both tiles.
         """
         t = self.n_tiles
-        if self.symmetric:
+        if self.symmetric and self.method == "direct":
             return [(i, j) for i in range(t) for j in range(i, t)]
         return [(i, j) for i in range(t) for j in range(t)]
 
     def parts(self, target: int) -> list[Part]:
         """The partial forces on tile ``target``, one per source tile, in source order."""
-        if not self.symmetric:
+        if not self.symmetric or self.method == "tree":
             return [((target, j), None) for j in range(self.n_tiles)]
         return [((target, target), None) if j == target
                 else ((target, j), 0) if target < j else ((j, target), 1)
@@ -271,9 +342,12 @@ class Plan:
         t = self.n_tiles
         if self.fused:
             return 1
-        if self.layout == "rows":
+        if self.layout == "rows" and self.method == "direct":
             return 2 * t + len(self.source_blocks())  # drift, blocks, row (forces and kick)
         combines = sum(len(level) for level in self.groups()) * t
+        if self.method == "tree":  # trees, and a re-tiling's 4 T + T**2 + 2 now and then
+            retile = math.ceil((4 * t + t * t + 2) / max(1, self.retile_every))
+            return 3 * t + len(self.pair_tasks()) + combines + retile
         return 2 * t + len(self.pair_tasks()) + combines
 
     def steps_per_submission(self, max_tasks: int) -> int:

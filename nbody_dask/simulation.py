@@ -38,11 +38,13 @@ from .backends import check_backend, cluster_backend
 from .bodies import as_bodies, check_fits_dtype, resolve_dtype, split_tiles
 from .clusters import client_context, dashboard_link, total_threads
 from .diagnostics import as_record
-from .graph import fused_steps, initial_graph, key, snapshot_graph, steps_graph
+from .graph import (body_order, fused_steps, initial_graph, key, snapshot_graph,
+                    steps_graph)
 from .integrators import INTEGRATOR
 from .lease import StoreInUseError, WriterLease, refuse_if_in_use
 from .location import LocalLocation, StoreLocation, store_location
-from .plan import Plan, check_layout, submission_ends
+from .plan import (TREE_CROSSOVER, Plan, check_layout, check_method, resolve_method,
+                   submission_ends)
 from .units import code_value
 from .storage import (SnapshotCommitter, check_store_path, committed_snapshots, create_store,
                       open_trajectory)
@@ -57,9 +59,16 @@ def _optional_int(name: str, value: Any, minimum: int) -> int | None:
 
 
 def _plan(n, steps, dt, softening, G, snapshot_every, dtype, tile_size, split_every, backend,
-          layout) -> Plan:
+          layout, method=None, theta=None, leaf_size=None) -> Plan:
     """Validate a run's parameters (config defaults filled in) into its :class:`Plan`."""
     layout = check_layout(config.get("layout", layout))  # Plan refuses rows with cuda
+    method = resolve_method(check_method(config.get("method", method)), n)
+    theta = check_real("theta", config.get("theta", theta), positive=True)
+    if theta > 1:
+        raise ValueError(f"theta must be in (0, 1], got {theta!r}")
+    if method == "tree" and backend == "cuda":
+        raise ValueError("method='tree' runs on CPUs, backend='cuda' needs method='direct' "
+                         f"(method='auto' chose the tree for {n} bodies)")
     return Plan(
         n=n,
         steps=check_int("steps", steps, 0),
@@ -73,6 +82,10 @@ def _plan(n, steps, dt, softening, G, snapshot_every, dtype, tile_size, split_ev
         backend=backend,
         symmetric=bool(config.get("symmetric")),
         layout=layout,
+        method=method,
+        theta=theta,
+        leaf_size=check_int("leaf_size", config.get("leaf-size", leaf_size), 1),
+        retile_every=check_int("nbody.retile-every", config.get("retile-every"), 1),
     )
 
 
@@ -91,6 +104,9 @@ def simulate(
     split_every: int | None = None,
     backend: str | None = None,
     layout: str | None = None,
+    method: str | None = None,
+    theta: float | None = None,
+    leaf_size: int | None = None,
     client: Client | None = None,
     overwrite: bool = False,
     resume: bool = False,
@@ -147,6 +163,19 @@ def simulate(
         a task per tile that runs its row of tile pairs on all the worker's cores with the
         parallel CPU kernel (``nbody.kernel-threads``), about ``2 T`` tasks a step: the HPC
         layout, for one single-threaded worker process per node. See :mod:`nbody_dask.plan`.
+    method : {"auto", "direct", "tree"}, optional
+        How forces are computed; ``nbody.method`` ("auto") by default. ``"direct"``: exact
+        direct summation. ``"tree"``: an octree with quadrupole moments on spatial tiles
+        (:mod:`nbody_dask.kernels.tree`), O(N log N), with a relative force error set by
+        ``theta`` (median ~1e-4 at the default). ``"auto"``: direct below
+        :data:`~nbody_dask.plan.TREE_CROSSOVER` bodies, the tree from there on. The choice
+        is printed with the progress bar and stored in the trajectory's ``method``
+        attribute. Results are bit-reproducible with either.
+    theta : float, optional
+        The tree's opening angle, in (0, 1]; ``nbody.theta`` (0.4) by default. Smaller is
+        more accurate and slower (see the user guide's "accuracy and speed").
+    leaf_size : int, optional
+        The tree's most bodies per leaf; ``nbody.leaf-size`` (64) by default.
     client : distributed.Client, optional
         Cluster to run on. None starts a :func:`nbody_dask.clusters.local` cluster bound
         to 127.0.0.1 and closes it afterwards.
@@ -217,14 +246,15 @@ def simulate(
     show_progress = bool(config.get("progress", progress))
     backend = check_backend(config.get("backend", backend))
     given = dict(steps=steps, dt=dt, softening=softening, G=G, snapshot_every=snapshot_every,
-                 dtype=dtype, tile_size=tile_size, split_every=split_every)
+                 dtype=dtype, tile_size=tile_size, split_every=split_every, theta=theta,
+                 leaf_size=leaf_size)
     if resume:
-        plan, path, done = _resume_point(bodies, store, storage_options, overwrite, given,
-                                         backend, layout)
+        plan, path, done = _resume_point(bodies, store, storage_options, overwrite,
+                                         {**given, "method": method}, backend, layout)
         ds = t0 = None
     else:
-        plan, path, ds, t0 = _fresh_start(bodies, store, storage_options, overwrite, given,
-                                          backend, layout)
+        plan, path, ds, t0 = _fresh_start(bodies, store, storage_options, overwrite,
+                                          {**given, "method": method}, backend, layout)
         done = False
     with _output_path(path) as (path, temporary), \
             _writer_lease(None if temporary else path) as lease:
@@ -234,6 +264,8 @@ def simulate(
             if client is None and show_progress:
                 print(f"Dask dashboard: {dashboard_link(c)}", file=sys.stderr)
             plan = _settle(plan, c)
+            if show_progress:
+                print(f"nbody-dask: {_describe_method(plan, method)}", file=sys.stderr)
             if not resume:
                 create_store(path, ds, snapshot_steps=plan.snapshot_steps(), t0=t0,
                              dt=plan.dt, dtype=resolve_dtype(plan.dtype),
@@ -341,7 +373,7 @@ def _resume_point(bodies, store, storage_options, overwrite, given, backend, lay
     if layout is not None:
         given = {**given, "layout": check_layout(layout)}
     for name, value in given.items():
-        if value is None:
+        if value is None or (name == "method" and value == "auto"):
             continue
         if name == "dtype":
             value = np.dtype(resolve_dtype(value)).name
@@ -362,7 +394,8 @@ def _stored_plan(ds: xr.Dataset, backend: str) -> Plan:
     resume repeats it exactly; stores written before the plan was stored ran the
     ``"pairs"`` layout and keep their tile size and kernel in separate attributes.
     """
-    stored = {**json.loads(ds.attrs["config"]), "tile_size": int(ds.attrs["tile_size"]),
+    stored = {"method": "direct", **json.loads(ds.attrs["config"]),
+              "tile_size": int(ds.attrs["tile_size"]),
               "symmetric": bool(ds.attrs.get("symmetric", 0)), "backend": backend}
     return Plan.from_stored(stored, ds.sizes["body"])
 
@@ -651,6 +684,20 @@ def _settle(plan: Plan, client: Client) -> Plan:
     return plan.settle(total_threads(client), len(client.nthreads()), backend)
 
 
+def _describe_method(plan: Plan, asked: str | None) -> str:
+    """One line saying how forces are computed, and why when ``method="auto"`` chose."""
+    asked = config.get("method", asked)
+    if plan.method == "direct":
+        what = "forces by direct summation (exact)"
+    else:
+        what = (f"forces by the tree, theta={plan.theta}, leaf_size={plan.leaf_size}, "
+                f"{plan.n_tiles} spatial tile(s)")
+    if asked == "auto":
+        side = ">=" if plan.method == "tree" else "<"
+        what += f" (method='auto': {plan.n} bodies {side} {TREE_CROSSOVER})"
+    return what
+
+
 def _store_attrs(plan: Plan, ds: xr.Dataset) -> dict[str, Any]:
     return {
         "title": "nbody_dask trajectory",
@@ -665,19 +712,22 @@ def _store_attrs(plan: Plan, ds: xr.Dataset) -> dict[str, Any]:
         "backend": plan.backend,
         "symmetric": int(plan.symmetric),
         "layout": plan.layout,
+        "method": plan.method,
+        **({"theta": plan.theta, "leaf_size": plan.leaf_size} if plan.method == "tree" else {}),
         "nbody_dask_version": __version__,
         "config": json.dumps(plan.stored()),
         **{k: ds.attrs[k] for k in PHYSICAL_UNIT_ATTRS if k in ds.attrs},
     }
 
 
-def _one_shot(bodies, softening, G, dtype, tile_size, backend, layout, client,
-              with_potential):
-    """Evaluate forces once on the cluster and gather the tiles (small outputs only)."""
+def _one_shot(bodies, softening, G, dtype, tile_size, backend, layout, method, theta,
+              leaf_size, client, with_potential):
+    """Evaluate forces once on the cluster and gather the tiles in body order (small outputs
+    only)."""
     backend = check_backend(config.get("backend", backend))
     ds = as_bodies(bodies)
     plan = _plan(ds.sizes["body"], 0, 1.0, softening, G, None, dtype, tile_size, None,
-                 backend, layout)
+                 backend, layout, method, theta, leaf_size)
     check_fits_dtype(ds, plan.dtype, softening=plan.softening, G=plan.G,
                      softening_squared=plan.softening**2)
     with client_context(client) as c:
@@ -690,6 +740,7 @@ def _one_shot(bodies, softening, G, dtype, tile_size, backend, layout, client,
         if with_potential:
             more, total = snapshot_graph(plan, token, keys, 0, None, 0)
             return c.get({**dsk, **more}, total)
+        keys = body_order(dsk, plan, token, 0, keys)
         return c.get(dsk, keys)
 
 
@@ -702,6 +753,9 @@ def accelerations(
     tile_size: int | None = None,
     backend: str | None = None,
     layout: str | None = None,
+    method: str | None = None,
+    theta: float | None = None,
+    leaf_size: int | None = None,
     client: Client | None = None,
 ) -> np.ndarray:
     """Gravitational accelerations of all bodies: one force evaluation on the cluster.
@@ -713,8 +767,8 @@ def accelerations(
     ndarray, shape (n, 3)
         In the run's dtype.
     """
-    tiles = _one_shot(bodies, softening, G, dtype, tile_size, backend, layout, client,
-                      with_potential=False)
+    tiles = _one_shot(bodies, softening, G, dtype, tile_size, backend, layout, method, theta,
+                      leaf_size, client, with_potential=False)
     return np.concatenate([t.acceleration for t in tiles], axis=1).T.copy()
 
 
@@ -727,12 +781,17 @@ def potential_energy(
     tile_size: int | None = None,
     backend: str | None = None,
     layout: str | None = None,
+    method: str | None = None,
+    theta: float | None = None,
+    leaf_size: int | None = None,
     client: Client | None = None,
 ) -> float:
     """Total potential energy ``-G sum_{i<j} m_i m_j / sqrt(r_ij^2 + eps^2)``.
 
-    Parameters are those of :func:`simulate`. Accumulated in float64 across tiles.
+    Parameters are those of :func:`simulate` (with ``method="tree"`` the potential is the
+    tree's: monopole plus quadrupole for accepted cells). Accumulated in float64 across
+    tiles.
     """
-    vector = _one_shot(bodies, softening, G, dtype, tile_size, backend, layout, client,
-                       with_potential=True)
+    vector = _one_shot(bodies, softening, G, dtype, tile_size, backend, layout, method,
+                       theta, leaf_size, client, with_potential=True)
     return float(vector[1])

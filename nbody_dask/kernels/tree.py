@@ -12,7 +12,8 @@ group walks of Barnes 1990, Bonsai and GADGET):
 3. **Moments.** :func:`cell_moments` computes each cell's mass, centre of mass, traceless
    quadrupole about it and ``b_max`` (the largest distance of its bodies from the centre of
    mass) directly from its bodies, accumulated in float64.
-4. **Walk.** :func:`tree_accelerations_sorted`: each leaf is a target group. One walk per
+4. **Walk.** :func:`walk`: each leaf of a target tree is a group that walks a source tree
+   (the same tree, or another tile's). One walk per
    group accepts a cell when ``|com - c| - r > b_max / theta`` (``c``, ``r``: the group's
    centre and radius, so the test holds for every target) and evaluates it as a softened
    monopole plus a quadrupole (M2P); leaves that fail it have their bodies gathered into one
@@ -26,14 +27,18 @@ The quadrupole term is not softened: accepted cells are far from their targets.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numba
 import numpy as np
 from numba import njit, prange
 
-from .cpu import accel_tile
+from .cpu import accel_potential_tile, accel_tile
 
-__all__ = ["morton_keys", "build_tree", "cell_moments", "tree_accelerations_sorted",
-           "tree_accelerations", "KEY_BITS", "THETA", "LEAF_SIZE"]
+__all__ = ["morton_keys", "build_tree", "cell_moments", "walk_sorted", "TileTree", "build",
+           "walk", "check_tree_parameters", "tree_accelerations", "KEY_BITS", "THETA",
+           "LEAF_SIZE"]
 
 KEY_BITS = 21  #: bits per axis of a Morton key (63 in all)
 
@@ -199,15 +204,18 @@ def cell_moments(x, y, z, m, start, end):
 
 @njit(**_JIT)
 def _m2p(xt, yt, zt, cx, cy, cz, cm, qxx, qyy, qzz, qxy, qxz, qyz, eps2, out):
-    """Add the accelerations of cells (softened monopole + quadrupole) to ``out`` (3, nt)."""
+    """Add the accelerations (and, with 4 rows in ``out``, the potentials) of cells as a
+    softened monopole plus a quadrupole to ``out`` (3 or 4, nt)."""
     nt = xt.shape[0]
     nc = cx.shape[0]
+    with_potential = out.shape[0] == 4
     one = np.ones(1, dtype=xt.dtype)[0]
     zero = one - one
-    half5 = (one + one + one + one + one) / (one + one)
+    half = one / (one + one)
+    half5 = (one + one + one + one + one) * half
     for i in range(nt):
         xi, yi, zi = xt[i], yt[i], zt[i]
-        ax = ay = az = zero
+        ax = ay = az = phi = zero
         for j in range(nc):
             dx, dy, dz = xi - cx[j], yi - cy[j], zi - cz[j]  # from the cell to the target
             r2 = dx * dx + dy * dy + dz * dz
@@ -224,31 +232,38 @@ def _m2p(xt, yt, zt, cx, cy, cz, cm, qxx, qyy, qzz, qxy, qxz, qyz, eps2, out):
             ax += qx * inv5 - radial * dx
             ay += qy * inv5 - radial * dy
             az += qz * inv5 - radial * dz
+            phi -= cm[j] * inv_s + half * rqr * inv5
         out[0, i] += ax
         out[1, i] += ay
         out[2, i] += az
+        if with_potential:
+            out[3, i] += phi
 
 
 @njit(**_JIT)
-def _group_forces(x, y, z, m, eps2, inv_theta, lo, hi, start, end, skip, leaf, mass, com,
-                  bmax, cx, cy, cz, cm, q, accepted, opened, buffer):
-    """Accelerations of the targets ``lo:hi`` (a leaf) by one walk of the tree.
+def _group_forces(tx, ty, tz, lo, hi, x, y, z, m, eps2, inv_theta, start, end, skip, leaf,
+                  mass, com, bmax, cx, cy, cz, cm, q, own, rows, accepted, opened, buffer):
+    """Forces on the targets ``tx[lo:hi]`` (a leaf of the target tree) by one walk of the
+    source tree (``x, y, z, m`` and the tree arrays).
 
-    ``accepted``, ``opened`` (int64, one slot per cell) and ``buffer`` (shape (4, k), the
-    run's dtype) are scratch; returns the result and the buffer (grown if it was too small).
+    ``own`` is the source cell that is this very leaf (same tree), or -1: its bodies' self
+    terms are left out of the potential. ``accepted``, ``opened`` (int64, one slot per
+    cell) and ``buffer`` (shape (4, k), the run's dtype) are scratch; returns the result
+    (``rows``, hi - lo) and the buffer (grown if it was too small).
     """
     cells = start.shape[0]
     # the group's centre (of its bounding box) and radius
-    gx0 = gx1 = float(x[lo])
-    gy0 = gy1 = float(y[lo])
-    gz0 = gz1 = float(z[lo])
+    gx0 = gx1 = float(tx[lo])
+    gy0 = gy1 = float(ty[lo])
+    gz0 = gz1 = float(tz[lo])
     for i in range(lo + 1, hi):
-        gx0, gx1 = min(gx0, float(x[i])), max(gx1, float(x[i]))
-        gy0, gy1 = min(gy0, float(y[i])), max(gy1, float(y[i]))
-        gz0, gz1 = min(gz0, float(z[i])), max(gz1, float(z[i]))
+        gx0, gx1 = min(gx0, float(tx[i])), max(gx1, float(tx[i]))
+        gy0, gy1 = min(gy0, float(ty[i])), max(gy1, float(ty[i]))
+        gz0, gz1 = min(gz0, float(tz[i])), max(gz1, float(tz[i]))
     gcx, gcy, gcz = 0.5 * (gx0 + gx1), 0.5 * (gy0 + gy1), 0.5 * (gz0 + gz1)
     radius = 0.5 * np.sqrt((gx1 - gx0) ** 2 + (gy1 - gy0) ** 2 + (gz1 - gz0) ** 2)
     n_acc = n_open = n_src = 0
+    first = -1  # where the group's own bodies start in the gathered list
     k = 0
     while k < cells:
         dx, dy, dz = com[0, k] - gcx, com[1, k] - gcy, com[2, k] - gcz
@@ -258,6 +273,8 @@ def _group_forces(x, y, z, m, eps2, inv_theta, lo, hi, start, end, skip, leaf, m
             n_acc += 1
             k = skip[k]
         elif leaf[k]:
+            if k == own:
+                first = n_src
             opened[n_open] = k
             n_open += 1
             n_src += end[k] - start[k]
@@ -273,33 +290,43 @@ def _group_forces(x, y, z, m, eps2, inv_theta, lo, hi, start, end, skip, leaf, m
         for i in range(start[c], end[c]):
             buffer[0, p], buffer[1, p], buffer[2, p], buffer[3, p] = x[i], y[i], z[i], m[i]
             p += 1
-    part = accel_tile(x[lo:hi], y[lo:hi], z[lo:hi], buffer[0, :p], buffer[1, :p],
-                      buffer[2, :p], buffer[3, :p], eps2)
+    if rows == 4:
+        part = accel_potential_tile(tx[lo:hi], ty[lo:hi], tz[lo:hi], buffer[0, :p],
+                                    buffer[1, :p], buffer[2, :p], buffer[3, :p], eps2,
+                                    first >= 0, max(first, 0))
+    else:
+        part = accel_tile(tx[lo:hi], ty[lo:hi], tz[lo:hi], buffer[0, :p], buffer[1, :p],
+                          buffer[2, :p], buffer[3, :p], eps2)
     # M2P: the accepted cells' moments, gathered
     idx = accepted[:n_acc]
-    _m2p(x[lo:hi], y[lo:hi], z[lo:hi], cx[idx], cy[idx], cz[idx], cm[idx], q[0][idx],
+    _m2p(tx[lo:hi], ty[lo:hi], tz[lo:hi], cx[idx], cy[idx], cz[idx], cm[idx], q[0][idx],
          q[1][idx], q[2][idx], q[3][idx], q[4][idx], q[5][idx], eps2, part)
     return part, buffer
 
 
 @njit(parallel=True, **_JIT)
-def tree_accelerations_sorted(x, y, z, m, eps2, theta, start, end, skip, leaf, mass, com,
-                              quad, bmax, chunks):
-    """Accelerations (G = 1) of bodies in Morton order, by one group walk per leaf.
+def walk_sorted(tx, ty, tz, tstart, tend, tleaf, x, y, z, m, start, end, skip, leaf, mass,
+                com, quad, bmax, eps2, theta, with_potential, same, chunks):
+    """Forces (G = 1) on the bodies of a target tree by the bodies of a source tree, one group
+    walk per target leaf.
 
-    ``x, y, z, m`` are in the run's dtype and sorted by key; the tree and its moments come
-    from :func:`build_tree` and :func:`cell_moments`. The leaves are cut into ``chunks``
-    runs, one parallel iteration each, with its own scratch; every target is computed by one
-    thread in a fixed order, so the result is the same for any number of threads. Returns
-    shape (3, n) in the run's dtype.
+    ``tx, ty, tz`` (targets) and ``x, y, z, m`` (sources) are in the run's dtype, each sorted
+    by its tree's keys; ``tstart, tend, tleaf`` are the target tree's cells, the other arrays
+    the source tree and its moments (:func:`build_tree`, :func:`cell_moments`). ``same``:
+    the two trees are one, and self terms are left out of the potential. The target leaves
+    are cut into ``chunks`` runs, one parallel iteration each, with its own scratch; every
+    target is computed by one thread in a fixed order, so the result is the same for any
+    number of threads. Returns shape (3, nt), or (4, nt) with the potential in row 3, in the
+    targets' sorted order and the run's dtype.
     """
-    n = x.shape[0]
-    dtype = x.dtype
-    out = np.zeros((3, n), dtype=dtype)
-    if n == 0:
+    nt = tx.shape[0]
+    dtype = tx.dtype
+    rows = 4 if with_potential else 3
+    out = np.zeros((rows, nt), dtype=dtype)
+    if nt == 0 or x.shape[0] == 0:
         return out
     cells = start.shape[0]
-    groups = np.nonzero(leaf)[0]
+    groups = np.nonzero(tleaf)[0]
     n_groups = groups.shape[0]
     chunks = max(1, min(chunks, n_groups))
     inv_theta = 1.0 / theta
@@ -313,11 +340,103 @@ def tree_accelerations_sorted(x, y, z, m, eps2, theta, start, end, skip, leaf, m
         buffer = np.empty((4, 4096), dtype=dtype)
         for g in range(chunk * n_groups // chunks, (chunk + 1) * n_groups // chunks):
             cell = groups[g]
-            lo, hi = start[cell], end[cell]
-            part, buffer = _group_forces(x, y, z, m, eps2, inv_theta, lo, hi, start, end,
-                                         skip, leaf, mass, com, bmax, cx, cy, cz, cm, q,
-                                         accepted, opened, buffer)
+            lo, hi = tstart[cell], tend[cell]
+            part, buffer = _group_forces(tx, ty, tz, lo, hi, x, y, z, m, eps2, inv_theta,
+                                         start, end, skip, leaf, mass, com, bmax, cx, cy, cz,
+                                         cm, q, cell if same else -1, rows, accepted, opened,
+                                         buffer)
             out[:, lo:hi] = part
+    return out
+
+
+@dataclass(frozen=True)
+class TileTree:
+    """The octree of a set of bodies, with its moments: what a walk needs of a source or
+    target tile (:func:`build`).
+
+    Attributes
+    ----------
+    order : ndarray of int64, shape (n,)
+        The bodies' indices in the input, in tree (Morton) order.
+    x, y, z, m : ndarray, shape (n,)
+        Positions and masses in tree order, in the input's dtype.
+    start, end, skip, leaf : ndarray
+        The cells (:func:`build_tree`).
+    mass, com, quad, bmax : ndarray
+        Their moments (:func:`cell_moments`), float64.
+    """
+
+    order: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    z: np.ndarray
+    m: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    skip: np.ndarray
+    leaf: np.ndarray
+    mass: np.ndarray
+    com: np.ndarray
+    quad: np.ndarray
+    bmax: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return self.m.shape[0]
+
+
+def check_tree_parameters(theta: float, leaf_size: int) -> None:
+    """Raise a ValueError naming ``theta`` or ``leaf_size`` if out of range."""
+    if not 0 < theta <= 1:
+        raise ValueError(f"theta must be in (0, 1], got {theta!r}")
+    if leaf_size < 1:
+        raise ValueError(f"leaf_size must be >= 1, got {leaf_size!r}")
+
+
+def build(position: np.ndarray, mass: np.ndarray, leaf_size: int = LEAF_SIZE) -> TileTree:
+    """The octree and moments of bodies ``position`` (3, n) with masses ``mass``.
+
+    Keys are taken in the bodies' own bounding cube; the bodies are sorted by key (stably, so
+    equal keys keep their input order) and the result depends only on the inputs.
+    """
+    position = np.ascontiguousarray(position)
+    dtype = position.dtype
+    n = position.shape[1]
+    if n == 0:
+        lo, size = np.zeros(3), 1.0
+    else:
+        lo = position.min(axis=1).astype(np.float64)
+        size = float((position.max(axis=1).astype(np.float64) - lo).max())
+        size = size * (1 + 1e-9) if size > 0 else 1.0
+    keys = morton_keys(position[0], position[1], position[2], lo, size)
+    order = np.argsort(keys, kind="stable")
+    x, y, z = (np.ascontiguousarray(position[a, order]) for a in range(3))
+    m = np.ascontiguousarray(np.asarray(mass).astype(dtype)[order])
+    if n == 0:
+        start = end = skip = np.zeros(0, dtype=np.int64)
+        leaf = np.zeros(0, dtype=np.bool_)
+    else:
+        start, end, skip, leaf = build_tree(keys[order], leaf_size)
+    cmass, com, quad, bmax = cell_moments(x, y, z, m, start, end)
+    return TileTree(order, x, y, z, m, start, end, skip, leaf, cmass, com, quad, bmax)
+
+
+def walk(target: TileTree, source: TileTree, eps2: Any, theta: float = THETA,
+         with_potential: bool = False, same: bool = False) -> np.ndarray:
+    """Forces (G = 1) on the bodies of ``target`` by those of ``source``, in the target's
+    input order: shape (3, n) or, ``with_potential``, (4, n) with the potential in row 3.
+
+    ``eps2`` is the squared softening in the bodies' dtype; ``same`` says ``source`` is
+    ``target`` (the self terms are then left out of the potential). Runs on the calling
+    thread's Numba threads (``numba.set_num_threads``); the result does not depend on them.
+    """
+    sorted_out = walk_sorted(target.x, target.y, target.z, target.start, target.end,
+                             target.leaf, source.x, source.y, source.z, source.m,
+                             source.start, source.end, source.skip, source.leaf, source.mass,
+                             source.com, source.quad, source.bmax, eps2, float(theta),
+                             bool(with_potential), bool(same), 8 * numba.get_num_threads())
+    out = np.empty_like(sorted_out)
+    out[:, target.order] = sorted_out
     return out
 
 
@@ -346,28 +465,7 @@ def tree_accelerations(position, mass, softening=0.0, theta=THETA, leaf_size=LEA
     ndarray, shape (3, n)
         In the order of ``position``.
     """
-    if not 0 < theta <= 1:
-        raise ValueError(f"theta must be in (0, 1], got {theta!r}")
-    if leaf_size < 1:
-        raise ValueError(f"leaf_size must be >= 1, got {leaf_size!r}")
-    position = np.ascontiguousarray(position)
-    dtype = position.dtype
-    n = position.shape[1]
-    if n == 0:
-        return np.zeros((3, 0), dtype=dtype)
-    lo = position.min(axis=1).astype(np.float64)
-    size = float((position.max(axis=1).astype(np.float64) - lo).max())
-    size = size * (1 + 1e-9) if size > 0 else 1.0
-    keys = morton_keys(position[0], position[1], position[2], lo, size)
-    order = np.argsort(keys, kind="stable")
-    x, y, z = (np.ascontiguousarray(position[a, order]) for a in range(3))
-    m = np.ascontiguousarray(mass.astype(dtype)[order])
-    start, end, skip, leaf = build_tree(keys[order], leaf_size)
-    cmass, com, quad, bmax = cell_moments(x, y, z, m, start, end)
-    eps2 = dtype.type(softening) * dtype.type(softening)
-    sorted_acc = tree_accelerations_sorted(x, y, z, m, eps2, float(theta), start, end, skip,
-                                           leaf, cmass, com, quad, bmax,
-                                           8 * numba.get_num_threads())
-    out = np.empty_like(sorted_acc)
-    out[:, order] = sorted_acc
-    return out
+    check_tree_parameters(theta, leaf_size)
+    tree = build(position, mass, leaf_size)
+    dtype = tree.x.dtype.type
+    return walk(tree, tree, dtype(softening) * dtype(softening), theta, same=True)
