@@ -87,8 +87,11 @@ def cuda_variants(n: int = 262_144, dtype: str = "float32",
 def simulate_rate(n: int, steps: int = 30, dtype: str = "float32", snapshot_every: int = 10,
                   tile_size: int | None = None, client: Any = None,
                   store_dir: str | Path | None = None, backend: str = "auto",
-                  reps: int = 1) -> dict[str, Any]:
+                  reps: int = 1, method: str = "direct") -> dict[str, Any]:
     """Steady-state time per step of :func:`nbody_dask.simulate`, snapshots included.
+
+    ``method`` is simulate()'s (for the tree, ``gint_s`` is the effective rate: N² over the
+    time of a step, comparable with direct summation's).
 
     Differential timing: the wall time of a run of ``steps`` steps minus that of a run of
     ``snapshot_every`` steps (same cluster, same start-up, compiled kernels, initial force
@@ -113,7 +116,7 @@ def simulate_rate(n: int, steps: int = 30, dtype: str = "float32", snapshot_ever
             traj = simulate(bodies, steps=k, dt=1 / 256, softening=0.01,
                             store=Path(tmp) / name, snapshot_every=snapshot_every,
                             dtype=dtype, tile_size=tile_size, client=c, progress=False,
-                            backend=backend, overwrite=True)
+                            backend=backend, overwrite=True, method=method)
             return time.perf_counter() - t0, traj
 
         run(snapshot_every, "warm.zarr")  # compile, fill caches
@@ -127,7 +130,8 @@ def simulate_rate(n: int, steps: int = 30, dtype: str = "float32", snapshot_ever
     if not seconds > 0:  # the steps cost less than the runs' noise: say so, never a negative
         seconds = math.nan
     rate = n * n / seconds / 1e9
-    return {"kind": "simulate", "backend": traj.attrs["backend"], "dtype": dtype, "n": n,
+    return {"kind": "simulate", "method": traj.attrs.get("method", "direct"),
+            "backend": traj.attrs["backend"], "dtype": dtype, "n": n,
             "tile_size": traj.attrs["tile_size"], "symmetric": bool(traj.attrs["symmetric"]),
             "threads": threads, "workers": workers,
             "steps": steps, "timed_steps": steps - snapshot_every,

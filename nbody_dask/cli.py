@@ -388,10 +388,14 @@ def plot(store, storage_options, directory, kinds, snapshots, plane, view, style
               help="Folder of refbench.py [default: ../shared/bench when present].")
 @click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
               show_default=True, help="Kernel backend of the simulate() runs.")
+@click.option("--method", type=click.Choice(["direct", "tree", "auto"]), default="direct",
+              show_default=True,
+              help="Force method of the simulate() runs (the tree's rate is effective: N² "
+                   "over the time of a step).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the results to this JSON file.")
 def bench(sizes, dtype, steps, reps, kernel_sweep, strong_n, weak_n, workers, reference,
-          backend, json_path) -> None:
+          backend, method, json_path) -> None:
     """Measure kernels, simulate() and scaling, with ratios to the C reference."""
     import json
     import os
@@ -435,11 +439,12 @@ def bench(sizes, dtype, steps, reps, kernel_sweep, strong_n, weak_n, workers, re
                                           f"{k['n_sources']}", k))
         for n in sizes:
             run = benchmark.simulate_rate(n, steps=steps, dtype=dtype, backend=backend,
-                                          reps=reps)
+                                          reps=reps, method=method)
             with_reference(run, n, run["threads"])
             spread = (f" [{run['seconds_per_step_min'] * 1e3:.0f}.."
                       f"{run['seconds_per_step_max'] * 1e3:.0f}]" if reps > 1 else "")
-            click.echo(_rate_line(f"simulate N={n}, {run['backend']}, tile {run['tile_size']}, "
+            click.echo(_rate_line(f"simulate N={n}, {run['method']}, {run['backend']}, "
+                                  f"tile {run['tile_size']}, "
                                   f"{run['threads']} threads, "
                                   f"{run['seconds_per_step'] * 1e3:.0f}{spread} ms/step", run))
         for kind, n in (("strong", strong_n), ("weak", weak_n)):

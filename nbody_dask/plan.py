@@ -32,10 +32,11 @@ __all__ = ["LAYOUTS", "METHODS", "check_layout", "check_method", "resolve_method
 LAYOUTS = ("pairs", "rows")
 METHODS = ("auto", "direct", "tree")
 
-#: ``method="auto"`` runs direct summation below this many bodies and the tree from it on:
-#: where a simulate() step with the tree's default accuracy became faster than direct
-#: summation's on the default local cluster (benchmarks/crossover.py).
-TREE_CROSSOVER = 16_384
+#: ``method="auto"`` runs direct summation below this many bodies and the tree from it on.
+#: Measured with ``nbody-dask bench --method direct|tree`` (simulate() steps on the default
+#: local cluster of 2 cores): at 4,096 bodies direct summation's step was faster in float32
+#: (one fused task), at 8,192 the tree's (default accuracy) was 2-3x faster in both dtypes.
+TREE_CROSSOVER = 8_192
 
 Part = tuple[tuple[int, int], int | None]
 """A partial force on a target tile: ``((i, j), side)``, the tile-pair task ``(i, j)`` and,
