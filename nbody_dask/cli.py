@@ -170,6 +170,14 @@ def main() -> None:
               help="Tasks of a step: pairs (a task per tile pair) or rows (a tile per worker, "
                    "a task per tile on all its cores: the HPC layout) "
                    "[default: nbody.layout, pairs].")
+@click.option("--method", type=click.Choice(["auto", "direct", "tree"]), default=None,
+              help="Forces: direct (exact), tree (O(N log N), error set by --theta) or auto "
+                   "(direct below 8,192 bodies) [default: nbody.method, auto].")
+@click.option("--theta", type=float, default=None,
+              help="The tree's opening angle in (0, 1]: smaller is more accurate and slower "
+                   "[default: nbody.theta, 0.4].")
+@click.option("--leaf-size", type=int, default=None,
+              help="The tree's most bodies per leaf [default: nbody.leaf-size, 64].")
 @click.option("-G", "--G", "G", type=float, default=None,
               help="Gravitational constant [default: 1, Hénon units].")
 @click.option("--store", default="run.zarr", show_default=True, metavar="PATH|URL",
@@ -181,8 +189,8 @@ def main() -> None:
 @_cluster_options
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, tile_size,
-        split_every, backend, layout, G, store, storage_options, overwrite, max_energy_error,
-        cluster_kind, scheduler, scheduler_file, progress) -> None:
+        split_every, backend, layout, method, theta, leaf_size, G, store, storage_options,
+        overwrite, max_energy_error, cluster_kind, scheduler, scheduler_file, progress) -> None:
     """Run a simulation and write its trajectory to a Zarr store."""
     from .location import store_location
 
@@ -194,6 +202,7 @@ def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, 
                              steps=steps, dt=dt, softening=softening,
                              snapshot_every=snapshot_every, dtype=dtype, tile_size=tile_size,
                              split_every=split_every, backend=backend, layout=layout,
+                             method=method, theta=theta, leaf_size=leaf_size,
                              G=G, overwrite=overwrite, progress=progress,
                              max_energy_error=max_energy_error,
                              storage_options=storage_options)
@@ -493,6 +502,7 @@ def _summary(store: str, traj: Any) -> str:
         f"store        {store}",
         f"bodies       {traj.sizes['body']}  ({attrs['dtype']}, G = {attrs['G']}, "
         f"softening = {attrs['softening']})",
+        f"forces       {_method_line(attrs)}",
         f"snapshots    {n_snap} committed",  # open_trajectory shows committed ones only
     ]
     if n_snap:
@@ -508,6 +518,12 @@ def _summary(store: str, traj: Any) -> str:
             f"momentum     max |P| = {np.abs(traj.momentum.values).max():.3e}",
         ]
     return "\n".join(lines)
+
+
+def _method_line(attrs: dict) -> str:
+    if attrs.get("method") == "tree":
+        return f"tree (theta = {attrs['theta']}, leaf size {attrs['leaf_size']})"
+    return "direct summation"
 
 
 @contextlib.contextmanager

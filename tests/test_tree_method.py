@@ -1,0 +1,272 @@
+"""method="tree" through the public API: spatial tiles, body order, determinism, resume."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import xarray as xr
+from distributed import Client, LocalCluster
+
+import nbody_dask
+from nbody_dask.accuracy import force_errors
+from nbody_dask.bodies import Tile, split_tiles
+from nbody_dask.plan import TREE_CROSSOVER, Plan
+from nbody_dask.spatial import (bounding_cube, cut_by_splitters, key_sample, merge_parts,
+                                sample_stride, splitters, tile_extent)
+from nbody_dask.testing import direct_sum_reference
+
+ALL_OPENED = 1e-9  # an opening angle that opens every cell: the tree is direct summation
+
+
+def _oracle(ds, softening):
+    acc, phi = direct_sum_reference(ds.position.values, ds.mass.values, softening)
+    return acc, 0.5 * float(np.sum(ds.mass.values * phi))
+
+
+@pytest.mark.parametrize(("n", "tile_size"), [(1, None), (2, None), (3, 1), (97, 20),
+                                              (1000, 1000), (1003, 250)])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_every_cell_opened_is_direct_summation_on_any_tiling(client, n, tile_size, dtype):
+    """Spatial tiles, routing back to body order and the reduction lose nothing: with every
+    cell opened the tree equals the float64 oracle to the dtype's round-off."""
+    ds = nbody_dask.plummer(n, seed=n) if n > 2 else nbody_dask.uniform_cube(n, seed=1)
+    kw = dict(method="tree", theta=ALL_OPENED, tile_size=tile_size, dtype=dtype,
+              client=client)
+    acc = nbody_dask.accelerations(ds, 0.05, **kw)
+    ref, energy = _oracle(ds, 0.05)
+    assert acc.dtype == np.dtype(dtype) and acc.shape == (n, 3)
+    tol = 1e-12 if dtype == "float64" else 1e-5
+    np.testing.assert_allclose(acc, ref, rtol=0, atol=tol * max(np.abs(ref).max(), 1e-300))
+    w = nbody_dask.potential_energy(ds, 0.05, **kw)
+    # the self terms are removed as in the direct kernel: m / eps, rounded (M = 1)
+    assert w == pytest.approx(energy, rel=tol, abs=tol / 0.05)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_default_accuracy_on_spatial_tiles(client, dtype):
+    """At the default theta, forces on 6 spatial tiles (walks across tiles) meet the
+    accuracy the single-tree kernel meets, and the potential energy is close."""
+    ds = nbody_dask.plummer(6000, seed=3)
+    acc = nbody_dask.accelerations(ds, 0.0, method="tree", tile_size=1000, dtype=dtype,
+                                   client=client)
+    errors = force_errors(ds, acc, sample=500)
+    assert errors.median <= 3e-4 and errors.p99 <= 3e-3, errors
+    w_tree = nbody_dask.potential_energy(ds, 0.01, method="tree", tile_size=1000,
+                                         dtype=dtype, client=client)
+    w_direct = nbody_dask.potential_energy(ds, 0.01, method="direct", client=client)
+    assert w_tree == pytest.approx(w_direct, rel=1e-4)
+
+
+def test_coincident_bodies_without_softening_stay_finite(client):
+    ds = nbody_dask.make_bodies(np.zeros((50, 3)) + [1.0, 2.0, 3.0])
+    acc = nbody_dask.accelerations(ds, method="tree", tile_size=10, client=client)
+    assert np.array_equal(acc, np.zeros((50, 3)))
+    assert nbody_dask.potential_energy(ds, method="tree", tile_size=10, client=client) == 0.0
+
+
+# -- spatial tiles ---------------------------------------------------------------------------
+
+def _retile(tiles: list[Tile], n: int) -> list[Tile]:
+    """The re-tiling graph's functions, called in order."""
+    cube = bounding_cube(*map(tile_extent, tiles))
+    stride = sample_stride(n, len(tiles))
+    split = splitters(len(tiles), *(key_sample(t, cube, stride) for t in tiles))
+    cuts = [cut_by_splitters(t, cube, split) for t in tiles]
+    return [merge_parts(*(c[new] for c in cuts)) for new in range(len(tiles))]
+
+
+def test_retiling_does_not_depend_on_the_tiles_before():
+    """Re-tiling a body set gives the same tiles however it was tiled before: what makes a
+    resume (from tiles in body order) bit-identical to the run it continues."""
+    ds = nbody_dask.plummer(5000, seed=9)
+    by_order = _retile(split_tiles(ds, 1250, np.float64), 5000)
+    shuffled = ds.isel(body=np.random.default_rng(0).permutation(5000))
+    tiles = [t.evolve(ids=shuffled.body.values[t.start:t.start + t.size])
+             for t in split_tiles(shuffled, 1250, np.float64)]
+    again = _retile(_retile(tiles, 5000), 5000)  # from shuffled tiles, then from spatial ones
+    for a, b in zip(by_order, again, strict=True):
+        np.testing.assert_array_equal(a.ids, b.ids)
+        np.testing.assert_array_equal(a.position, b.position)
+        np.testing.assert_array_equal(a.velocity, b.velocity)
+    sizes = [t.size for t in by_order]
+    assert sum(sizes) == 5000 and min(sizes) > 0.8 * 1250 and max(sizes) < 1.2 * 1250
+    # spatial: in a uniform cube, 4 tiles along the Morton curve are compact (about its
+    # quarters), their bodies much nearer their centre than the cube's are to its centre
+    cube = nbody_dask.uniform_cube(4000, seed=1)
+
+    def spread(position):  # (3, n)
+        return np.median(np.linalg.norm(position - position.mean(axis=1)[:, None], axis=0))
+
+    quarters = _retile(split_tiles(cube, 1000, np.float64), 4000)
+    whole = spread(cube.position.values.T)
+    assert all(spread(t.position) < 0.75 * whole for t in quarters)
+
+
+def test_retiling_coincident_bodies_leaves_no_tile_empty():
+    tiles = split_tiles(nbody_dask.make_bodies(np.ones((40, 3))), 10, np.float64)
+    new = _retile(tiles, 40)
+    assert [t.size for t in new] == [10, 10, 10, 10]
+    assert sorted(np.concatenate([t.ids for t in new]).tolist()) == list(range(40))
+
+
+# -- simulate() ------------------------------------------------------------------------------
+
+def _run(client, ds, **kw):
+    kw = {**dict(steps=12, dt=1 / 64, softening=0.02, snapshot_every=4, tile_size=200,
+                 method="tree", progress=False, client=client), **kw}
+    return nbody_dask.simulate(ds, **kw)
+
+
+def test_store_keeps_body_order_and_the_method(client, tmp_path):
+    """The tree's state is tiled in space, the store in the user's order: each body id is
+    the same body at every time, close to the direct run's."""
+    ds = nbody_dask.plummer(700, seed=11)
+    ds = ds.assign_coords(body=np.arange(700)[::-1] * 3)  # ids that are not 0..n-1
+    tree = _run(client, ds, store=tmp_path / "t.zarr")
+    direct = _run(client, ds, method="direct")
+    assert tree.attrs["method"] == "tree" and tree.attrs["theta"] == 0.4
+    assert tree.attrs["leaf_size"] == 64 and direct.attrs["method"] == "direct"
+    np.testing.assert_array_equal(tree.body.values, ds.body.values)
+    np.testing.assert_array_equal(tree.position[0].values, ds.position.values)
+    assert float(np.abs(tree.position - direct.position).max()) < 1e-4
+    # the energies and momenta are those of body order and close to direct summation's
+    np.testing.assert_allclose(tree.total_energy, direct.total_energy, rtol=1e-4)
+    assert nbody_dask.verify_trajectory(tmp_path / "t.zarr") == 4
+    reopened = xr.open_zarr(tmp_path / "t.zarr")
+    assert reopened.attrs["method"] == "tree"
+
+
+def _final(n_workers, threads, processes, tmp_path, name, dtype):
+    where = {"host": "127.0.0.1"} if processes else {}
+    with LocalCluster(n_workers=n_workers, threads_per_worker=threads, processes=processes,
+                      dashboard_address="127.0.0.1:0", **where) as cluster, \
+            Client(cluster) as c:
+        traj = _run(c, nbody_dask.plummer(700, seed=11), store=tmp_path / name, dtype=dtype,
+                    split_every=3)
+        return traj.isel(time=-1).load()
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_tree_bit_identical_across_workers_and_threads(tmp_path, dtype):
+    """4 spatial tiles re-cut 5 times: one worker with 1 or 2 threads, two worker processes."""
+    runs = [_final(w, t, p, tmp_path, f"{w}-{t}-{p}.zarr", dtype)
+            for w, t, p in ((1, 1, False), (1, 2, False), (2, 1, True))]
+    for other in runs[1:]:
+        for name in ("position", "velocity", "total_energy", "momentum"):
+            np.testing.assert_array_equal(runs[0][name].values, other[name].values)
+
+
+class _Crash(Exception):
+    pass
+
+
+def test_resume_after_a_crash_is_bit_identical(client, tmp_path):
+    ds = nbody_dask.plummer(700, seed=5)
+    whole = _run(client, ds, store=tmp_path / "whole.zarr").load()
+    store = tmp_path / "part.zarr"
+
+    def crash(step, record):
+        if step >= 5:
+            raise _Crash
+
+    with pytest.raises(_Crash):
+        _run(client, ds, store=store, callback=crash)
+    with pytest.raises(ValueError, match="method='direct' differs from the store's"):
+        nbody_dask.simulate(store=store, resume=True, method="direct", client=client)
+    resumed = nbody_dask.simulate(store=store, resume=True, client=client, progress=False)
+    assert resumed.attrs["method"] == "tree"
+    for name in ("position", "velocity", "total_energy", "momentum", "angular_momentum"):
+        np.testing.assert_array_equal(resumed[name].values, whole[name].values)
+
+
+def test_driver_killed_then_resumed_is_bit_identical(tmp_path, client):
+    """A CLI driver running the tree on 4 spatial tiles is SIGKILLed after 3 snapshots, then
+    resumed: the store equals an uninterrupted run's."""
+    from nbody_dask.storage import committed_snapshots
+
+    args = ["--ic", "plummer", "--n", "800", "--seed", "4", "--steps", "150", "--dt",
+            "0.0078125", "--softening", "0.05", "--snapshot-every", "5", "--tile-size",
+            "200", "--method", "tree", "--no-progress"]
+    reference = tmp_path / "ref.zarr"
+    run = [sys.executable, "-m", "nbody_dask.cli", "run", *args]
+    subprocess.run([*run, "--store", str(reference)], check=True, timeout=300)
+    store = tmp_path / "killed.zarr"
+    proc = subprocess.Popen([*run, "--store", str(store)], start_new_session=True)
+    try:
+        import time
+
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert proc.poll() is None
+            try:
+                if (store / "nbody" / "zarr.json").exists() and committed_snapshots(store) >= 3:
+                    break
+            except (ValueError, OSError):
+                pass
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        import os
+
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert committed_snapshots(store) < 31
+    subprocess.run([sys.executable, "-m", "nbody_dask.cli", "resume", str(store),
+                    "--no-progress"], check=True, timeout=300)
+    got = nbody_dask.open_trajectory(store).load()
+    want = nbody_dask.open_trajectory(reference).load()
+    for name in ("position", "velocity", "total_energy", "momentum"):
+        np.testing.assert_array_equal(got[name].values, want[name].values, err_msg=name)
+
+
+def test_body_trajectories_stay_continuous_over_many_retilings(client):
+    """Re-cut every step for 60 steps: no body swaps ids (each body's move between snapshots
+    is bounded by the fastest speed times the time between them)."""
+    import dask
+
+    ds = nbody_dask.plummer(1500, seed=8)
+    with dask.config.set({"nbody.retile-every": 1}):
+        traj = _run(client, ds, steps=60, snapshot_every=2, tile_size=300).load()
+    step = traj.position.diff("time")
+    jump = np.sqrt((step**2).sum("axis")).max("body")
+    speed = np.sqrt((traj.velocity**2).sum("axis")).max("body")
+    dt = np.diff(traj.time.values)
+    assert (jump.values <= 1.5 * speed.values[1:] * dt).all()
+
+
+def test_auto_picks_by_the_measured_crossover(capsys, client):
+    below = nbody_dask.plummer(TREE_CROSSOVER - 1, seed=1)
+    small = nbody_dask.simulate(below, steps=1, dt=1 / 64, client=client, progress=False)
+    assert small.attrs["method"] == "direct"
+    above = nbody_dask.plummer(TREE_CROSSOVER, seed=1)
+    big = nbody_dask.simulate(above, steps=1, dt=1 / 64, client=client, progress=True)
+    assert big.attrs["method"] == "tree"
+    err = capsys.readouterr().err
+    assert "forces by the tree" in err and f"method='auto': {TREE_CROSSOVER} bodies >=" in err
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    (dict(method="barnes-hut"), "method must be one of"),
+    (dict(method="tree", theta=0.0), "theta must be > 0"),
+    (dict(method="tree", theta=1.5), r"theta must be in \(0, 1\], got 1.5"),
+    (dict(method="tree", leaf_size=0), "leaf_size must be >= 1"),
+    (dict(method="tree", backend="cuda"), "method='tree' runs on CPUs"),
+])
+def test_bad_tree_parameters_are_refused_before_any_work(no_cluster, kw, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        nbody_dask.simulate(nbody_dask.plummer(10, seed=0), steps=1, dt=0.1, **kw)
+
+
+def test_plan_re_tiles_at_snapshots_and_every_interval():
+    plan = Plan(n=1000, steps=25, dt=0.1, snapshot_every=7, tile_size=250, method="tree",
+                retile_every=10)
+    assert plan.spatial and plan.retile_steps() == {0, 7, 10, 14, 20, 21, 25}
+    assert not Plan(n=1000, steps=25, dt=0.1, tile_size=1000, method="tree").spatial
+    assert Plan(n=1000, steps=25, dt=0.1, tile_size=250).retile_steps() == frozenset()
