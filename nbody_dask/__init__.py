@@ -36,6 +36,7 @@ from .simulation import (  # noqa: E402
     simulate,
 )
 from .storage import DamagedStoreError, open_trajectory, verify_trajectory  # noqa: E402
+from .accuracy import force_accuracy  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -48,6 +49,7 @@ __all__ = [
     "StoreUnreachableError",
     "accelerations",
     "potential_energy",
+    "force_accuracy",
     "open_trajectory",
     "verify_trajectory",
     "DamagedStoreError",

@@ -280,6 +280,60 @@ def info(store: str, storage_options: dict | None, verify: bool) -> None:
             click.echo(f"verified     every chunk of {traj.sizes['time']} snapshot(s)")
 
 
+@main.command()
+@click.argument("source", metavar="STORE|KIND|FILE")
+@_storage_options
+@click.option("--snapshot", type=int, default=-1, show_default=True,
+              help="Snapshot of STORE to measure (negative: from the end).")
+@click.option("-n", "--n", "n", type=int, default=65_536, show_default=True,
+              help="Bodies of initial conditions KIND (plummer, disk, merger, ...).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Random seed of initial conditions KIND.")
+@click.option("--method", type=click.Choice(["auto", "direct", "tree"]), default=None,
+              help="Force method [default: STORE's, else nbody.method].")
+@click.option("--theta", type=float, default=None,
+              help="The tree's opening angle [default: STORE's, else nbody.theta].")
+@click.option("--leaf-size", type=int, default=None,
+              help="The tree's most bodies per leaf [default: STORE's, else nbody.leaf-size].")
+@click.option("--softening", type=float, default=None,
+              help="Plummer softening [default: STORE's, else 0].")
+@click.option("--dtype", type=click.Choice(["float32", "float64"]), default=None,
+              help="Precision of the forces [default: STORE's, else nbody.dtype].")
+@click.option("--sample", type=int, default=1000, show_default=True,
+              help="Targets of the float64 direct reference.")
+def accuracy(source, storage_options, snapshot, n, seed, method, theta, leaf_size, softening,
+             dtype, sample) -> None:
+    """Relative force errors (median, 99th percentile, max) of a force method against a
+    float64 direct sum on sampled targets: of a run's method on one of its snapshots (SOURCE
+    a trajectory store), or on initial conditions (SOURCE a kind or a body file)."""
+    import nbody_dask
+    from nbody_dask import config
+    from nbody_dask.accuracy import force_accuracy
+    from nbody_dask.location import store_location
+    from nbody_dask.plan import check_method, resolve_method
+    from nbody_dask.storage import is_trajectory_store
+
+    with _errors_as_messages():
+        settings: dict[str, Any] = {}
+        if is_trajectory_store(store_location(source, storage_options)):
+            traj = nbody_dask.open_trajectory(source, storage_options)
+            attrs = traj.attrs
+            bodies = traj.isel(time=snapshot)[["position", "velocity", "mass"]].load()
+            settings = dict(method=attrs.get("method", "direct"), theta=attrs.get("theta"),
+                            leaf_size=attrs.get("leaf_size"), softening=attrs["softening"],
+                            dtype=attrs["dtype"], G=attrs["G"])
+        else:
+            bodies = _initial_conditions(source, n, seed, 0.5, storage_options)
+        given = dict(method=method, theta=theta, leaf_size=leaf_size, softening=softening,
+                     dtype=dtype)
+        settings.update({k: v for k, v in given.items() if v is not None})
+        settings.setdefault("softening", 0.0)
+        errors = force_accuracy(bodies, sample=sample, **settings)
+        method = resolve_method(check_method(config.get("method", settings.get("method"))),
+                                bodies.sizes["body"])
+        click.echo(f"{method}: {errors}")
+
+
 def _parse_params(_ctx, _param, values: tuple[str, ...]) -> dict[str, Any]:
     params = {}
     for item in values:

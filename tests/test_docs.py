@@ -24,6 +24,7 @@ MODULES = {
     "nbody_dask.testing": None,
     "nbody_dask.kernels.tree": None,
     "nbody_dask.plan": None,
+    "nbody_dask.spatial": None,
     "nbody_dask.units": None,
     "nbody_dask.kernels.cuda": None,
 }

@@ -270,3 +270,30 @@ def test_plan_re_tiles_at_snapshots_and_every_interval():
     assert plan.spatial and plan.retile_steps() == {0, 7, 10, 14, 20, 21, 25}
     assert not Plan(n=1000, steps=25, dt=0.1, tile_size=1000, method="tree").spatial
     assert Plan(n=1000, steps=25, dt=0.1, tile_size=250).retile_steps() == frozenset()
+
+
+def test_cli_runs_the_tree_and_reports_its_accuracy(tmp_path):
+    from click.testing import CliRunner
+
+    from nbody_dask.cli import main
+
+    store = tmp_path / "cli.zarr"
+    runner = CliRunner()
+    result = runner.invoke(main, ["run", "--n", "900", "--steps", "4", "--snapshot-every", "2",
+                                  "--tile-size", "300", "--method", "tree", "--theta", "0.5",
+                                  "--store", str(store), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "forces       tree (theta = 0.5, leaf size 64)" in result.output
+    result = runner.invoke(main, ["accuracy", str(store), "--sample", "200"])
+    assert result.exit_code == 0, result.output
+    line = result.output.strip()
+    assert line.startswith("tree: relative force error over 200 targets: median")
+    median = float(line.split("median ")[1].split(",")[0])
+    assert 0 < median < 1e-3
+    # every cell opened: direct summation's accuracy, on initial conditions given by kind
+    result = runner.invoke(main, ["accuracy", "plummer", "-n", "500", "--method", "tree",
+                                  "--theta", "1e-9", "--sample", "100"])
+    assert result.exit_code == 0, result.output
+    assert float(result.output.split("max ")[1]) < 1e-12
+    result = runner.invoke(main, ["accuracy", "plummer", "-n", "500", "--theta", "2"])
+    assert result.exit_code == 1 and "theta must be in (0, 1], got 2.0" in result.output
