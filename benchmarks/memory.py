@@ -2,6 +2,7 @@
 with peak RSS per worker < 1 GiB; no O(N^2) array anywhere).
 
     python benchmarks/memory.py --n 1048576 --workers 2
+    python benchmarks/memory.py --n 4194304 --workers 2 --method tree
 
 Starts a loopback LocalCluster of single-threaded worker processes, samples every worker's
 resident set size (psutil) every 0.2 s while ``nbody_dask.accelerations`` runs, and prints
@@ -27,6 +28,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1_048_576)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--method", default="direct", choices=["direct", "tree"])
     args = parser.parse_args()
 
     bodies = nbody_dask.plummer(args.n, seed=0)
@@ -45,11 +47,13 @@ def main() -> None:
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         t0 = time.perf_counter()
-        acc = nbody_dask.accelerations(bodies, 0.01, dtype=args.dtype, client=client)
+        acc = nbody_dask.accelerations(bodies, 0.01, dtype=args.dtype, client=client,
+                                       method=args.method)
         seconds = time.perf_counter() - t0
         done.set()
         sampler.join()
-    print(f"N = {args.n:,}, {args.workers} workers, {args.dtype}: {seconds:.1f} s, "
+    print(f"N = {args.n:,}, {args.method}, {args.workers} workers, {args.dtype}: "
+          f"{seconds:.1f} s, "
           f"{args.n**2 / seconds / 1e9:.2f} Gint/s; accelerations {acc.shape}")
     for addr, rss in peak.items():
         print(f"  peak RSS {rss / 2**20:7.1f} MiB  {addr}")

@@ -1,18 +1,21 @@
-"""The tree far-field kernel against pytreegrav and the C direct reference, in one run.
+"""method="tree" against pytreegrav and the C direct reference, in one run.
 
-    python benchmarks/tree.py [--n 65536,262144,1048576] [--theta 0.4,0.7] [--json out.json]
+    python benchmarks/tree.py [--n 65536,262144,1048576] [--theta 0.4,0.7] [--steps]
+                              [--json out.json]
 
 For each N (a Plummer sphere, float32, no softening): one force evaluation by
-``kernels.tree.tree_accelerations`` at each opening angle (best of 2, Numba already
-compiled), by pytreegrav ``Accel(method="tree", theta=0.7, parallel=True)`` (float64, its
-default accuracy; install it with the ``bench`` extra), and the C direct reference's rate from
+``nbody_dask.accelerations(method="tree")`` on the default local cluster (the whole task
+graph: scatter, re-tiling into spatial tiles, trees, walks, routing back to body order), and by
+the kernel alone in this process (``kernels.tree.tree_accelerations``), at each opening angle
+(best of 2, Numba already compiled); with ``--steps``, the time of a simulate() step at the
+default opening angle (snapshots every 10 steps, differential: 20 steps minus 10); by
+pytreegrav ``Accel(method="tree", theta=0.7, parallel=True)`` (float64, its default
+accuracy; install it with the ``bench`` extra); and the C direct reference's rate from
 ``../shared/bench/refbench.py`` when it is there, turned into the time of an N² evaluation.
 Errors: median, 99th percentile and max relative force error on 1,000 targets against a
-float64 direct sum (:func:`nbody_dask.accuracy.force_errors`). The ratio is tree time over
-pytreegrav time; compare rows whose median error is no worse than pytreegrav's.
-
-This measures the kernel in one process on all cores; the tile graph around it is the next step
-of issue 13.
+float64 direct sum (:func:`nbody_dask.accuracy.force_errors`). The ratio is tree time
+(through the graph) over pytreegrav time; compare rows whose median error is no worse than
+pytreegrav's.
 """
 
 from __future__ import annotations
@@ -39,12 +42,20 @@ def main() -> None:
     parser.add_argument("--n", default="65536,262144,1048576")
     parser.add_argument("--theta", default="0.4,0.7")
     parser.add_argument("--leaf-size", type=int, default=None)
+    parser.add_argument("--steps", action="store_true")
+    parser.add_argument("--pytreegrav-theta", default="0.7",
+                        help="pytreegrav's opening angles (the first is the one compared)")
+    parser.add_argument("--plot", default=None,
+                        help="PNG of median error against time per evaluation, last N")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
+    from distributed import Client
+
     import nbody_dask
     from nbody_dask.accuracy import force_errors
-    from nbody_dask.benchmark import find_reference, reference_rate
+    from nbody_dask.benchmark import find_reference, reference_rate, simulate_rate
+    from nbody_dask.clusters import local
     from nbody_dask.kernels.tree import LEAF_SIZE, tree_accelerations
 
     leaf = args.leaf_size or LEAF_SIZE
@@ -56,6 +67,8 @@ def main() -> None:
         print("pytreegrav is not installed (pip install 'nbody-dask[bench]'): no ratios")
     refbench = find_reference()
     rows = []
+    cluster = local()
+    client = Client(cluster)
     for n in (int(v) for v in args.n.split(",")):
         bodies = nbody_dask.plummer(n, seed=1)
         pos64 = bodies.position.values
@@ -64,20 +77,38 @@ def main() -> None:
         mass = mass64.astype(np.float32)
         tree_accelerations(pos[:, :1000], mass[:1000], 0.0, thetas[0], leaf)  # compile
         row = {"n": n, "cores": len(os.sched_getaffinity(0)), "leaf_size": leaf, "tree": []}
+        kw = dict(method="tree", leaf_size=leaf, dtype="float32", client=client)
+        nbody_dask.accelerations(bodies.isel(body=slice(0, 40_000)), theta=thetas[0], **kw)
         for theta in thetas:
-            seconds, acc = best_time(tree_accelerations, pos, mass, 0.0, theta, leaf)
-            err = force_errors(bodies, acc.T).as_dict()
-            row["tree"].append({"theta": theta, "seconds": seconds, **err})
-            print(f"N={n:>8} tree theta={theta:<5} {seconds:8.3f} s  median {err['median']:.2e}"
-                  f"  p99 {err['p99']:.2e}  max {err['max']:.2e}", flush=True)
+            seconds, acc = best_time(nbody_dask.accelerations, bodies, theta=theta, **kw)
+            kernel, _ = best_time(tree_accelerations, pos, mass, 0.0, theta, leaf)
+            err = force_errors(bodies, acc).as_dict()
+            row["tree"].append({"theta": theta, "seconds": seconds, "kernel_seconds": kernel,
+                                **err})
+            print(f"N={n:>8} tree theta={theta:<5} {seconds:8.3f} s (kernel alone "
+                  f"{kernel:.3f} s)  median {err['median']:.2e}  p99 {err['p99']:.2e}  max "
+                  f"{err['max']:.2e}", flush=True)
+        if args.steps:
+            run = simulate_rate(n, steps=20, dtype="float32", snapshot_every=10,
+                                client=client, method="tree")
+            row["simulate_step_seconds"] = run["seconds_per_step"]
+            print(f"N={n:>8} simulate() step, default theta (vs theta={thetas[0]}): "
+                  f"{run['seconds_per_step']:.3f} s = "
+                  f"{run['seconds_per_step'] / row['tree'][0]['seconds']:.2f}x one evaluation",
+                  flush=True)
         if Accel is not None:
             Accel(pos64[:1000].copy(), mass64[:1000], theta=0.7, method="tree", parallel=True)
-            seconds, acc = best_time(Accel, pos64.copy(), mass64, theta=0.7, method="tree",
-                                     parallel=True, reps=1)
-            err = force_errors(bodies, acc).as_dict()
-            row["pytreegrav"] = {"theta": 0.7, "seconds": seconds, **err}
-            print(f"N={n:>8} pytreegrav 0.7 {seconds:8.3f} s  median {err['median']:.2e}"
-                  f"  p99 {err['p99']:.2e}  max {err['max']:.2e}", flush=True)
+            row["pytreegrav_sweep"] = []
+            for ptheta in (float(t) for t in args.pytreegrav_theta.split(",")):
+                seconds, acc = best_time(Accel, pos64.copy(), mass64, theta=ptheta,
+                                         method="tree", parallel=True, reps=1)
+                err = force_errors(bodies, acc).as_dict()
+                row["pytreegrav_sweep"].append({"theta": ptheta, "seconds": seconds, **err})
+                print(f"N={n:>8} pytreegrav {ptheta:<5} {seconds:8.3f} s  median "
+                      f"{err['median']:.2e}  p99 {err['p99']:.2e}  max {err['max']:.2e}",
+                      flush=True)
+            row["pytreegrav"] = row["pytreegrav_sweep"][0]
+            seconds = row["pytreegrav"]["seconds"]
             for entry in row["tree"]:
                 entry["ratio_to_pytreegrav"] = entry["seconds"] / seconds
                 print(f"           theta={entry['theta']}: {entry['ratio_to_pytreegrav']:.2f}x "
@@ -96,9 +127,41 @@ def main() -> None:
                                                                   / first["n"])
             print(f"cost per body, theta={theta}: x{growth:.2f} from N={first['n']} to "
                   f"N={last['n']}")
+    client.close()
+    cluster.close()
+    if args.plot:
+        plot(rows[-1], args.plot)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
+
+
+def plot(row: dict, path: str) -> None:
+    """Median and 99th-percentile error against time per evaluation, ours and pytreegrav's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for label, points, style in (("nbody_dask tree", row["tree"], "o-"),
+                                 ("pytreegrav", row.get("pytreegrav_sweep", []), "s--")):
+        if not points:
+            continue
+        t = [p["seconds"] for p in points]
+        line, = ax.loglog(t, [p["median"] for p in points], style, label=f"{label}, median")
+        ax.loglog(t, [p["p99"] for p in points], style, color=line.get_color(), alpha=0.45,
+                  label=f"{label}, 99th percentile")
+        for p in points:
+            ax.annotate(f"θ={p['theta']:g}", (p["seconds"], p["median"]), fontsize=7,
+                        textcoords="offset points", xytext=(4, 4))
+    ax.set_xlabel("seconds per force evaluation (2 cores)")
+    ax.set_ylabel("relative force error")
+    ax.set_title(f"Plummer sphere, N = {row['n']:,}, float32")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":
