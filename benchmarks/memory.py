@@ -4,7 +4,8 @@ with peak RSS per worker < 1 GiB; no O(N^2) array anywhere).
     python benchmarks/memory.py --n 1048576 --workers 2
     python benchmarks/memory.py --n 4194304 --workers 2 --method tree
 
-Starts a loopback LocalCluster of single-threaded worker processes, samples every worker's
+Starts a LocalCluster of single-threaded workers (with --processes, worker processes on the
+loopback; without, threads of this process, as the default cluster), samples every worker's
 resident set size (psutil) every 0.2 s while ``nbody_dask.accelerations`` runs, and prints
 the peak per worker, the driver's peak and the time taken.
 """
@@ -29,10 +30,14 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--method", default="direct", choices=["direct", "tree"])
+    parser.add_argument("--processes", action="store_true",
+                        help="worker processes (the default cluster's workers are threads of "
+                             "this process: one RSS for all)")
     args = parser.parse_args()
 
     bodies = nbody_dask.plummer(args.n, seed=0)
-    with local(n_workers=args.workers, threads_per_worker=1) as cluster, \
+    with local(n_workers=args.workers, threads_per_worker=1,
+               processes=args.processes) as cluster, \
             Client(cluster) as client:
         pids = client.run(lambda: psutil.Process().pid)
         procs = {addr: psutil.Process(pid) for addr, pid in pids.items()}
