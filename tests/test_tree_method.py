@@ -297,3 +297,12 @@ def test_cli_runs_the_tree_and_reports_its_accuracy(tmp_path):
     assert float(result.output.split("max ")[1]) < 1e-12
     result = runner.invoke(main, ["accuracy", "plummer", "-n", "500", "--theta", "2"])
     assert result.exit_code == 1 and "theta must be in (0, 1], got 2.0" in result.output
+
+
+def test_tree_tile_sizes():
+    from nbody_dask.plan import auto_tile_size
+
+    assert auto_tile_size(16_384, 2, method="tree") == 16_384  # one fused tile
+    assert auto_tile_size(1_048_576, 2, method="tree") == 349_526  # 3 tiles: 9 walks
+    assert auto_tile_size(4_194_304, 2, method="tree") == 1_048_576  # at most 1M a tile
+    assert auto_tile_size(1_048_576, 64, method="tree") == 65_536  # 16 tiles for 64 threads
