@@ -19,9 +19,14 @@ from typing import Any
 import numpy as np
 
 from ._validate import check_int, check_real
-from .bodies import as_bodies
+from .bodies import Tile, as_bodies
 
-__all__ = ["ForceErrors", "force_errors", "force_accuracy", "direct_reference"]
+__all__ = ["ForceErrors", "force_errors", "force_accuracy", "direct_reference", "sample_targets",
+           "relative_errors", "error_statistics", "pick_targets", "join_targets",
+           "reference_partial", "sampled_errors", "ERROR_STATISTICS"]
+
+#: What :func:`sampled_errors` returns, in order (the store's ``statistic`` coordinate).
+ERROR_STATISTICS = ("median", "p99", "max")
 
 #: Sources per block of the reference sum (a block is one parallel work item per target block).
 _SOURCE_BLOCK = 65_536
@@ -117,20 +122,36 @@ def force_errors(bodies: Any, accelerations: np.ndarray, *, softening: float = 0
     if acc.shape != (n, 3):
         raise ValueError(f"accelerations must have shape ({n}, 3) for {n} bodies, got "
                          f"{acc.shape}")
-    rng = np.random.default_rng(seed)
-    targets = np.sort(rng.choice(n, size=min(sample, n), replace=False)).astype(np.int64)
+    targets = sample_targets(n, sample, seed)
     ref = direct_reference(ds, targets, softening, G)
-    diff = np.linalg.norm(acc[targets].astype(np.float64) - ref, axis=1)
-    norm = np.linalg.norm(ref, axis=1)
+    errors = relative_errors(acc[targets], ref)
+    return ForceErrors(*error_statistics(errors), targets, errors)
+
+
+def sample_targets(n: int, sample: int, seed: int = 0) -> np.ndarray:
+    """``min(sample, n)`` distinct body indices of ``n``, drawn with ``seed``, ascending."""
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(n, size=min(sample, n), replace=False)).astype(np.int64)
+
+
+def relative_errors(accelerations: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """``|a - a_ref| / |a_ref|`` per row of two (k, 3) arrays, in float64; a row whose
+    reference is exactly zero has error 0 if its acceleration is zero too, else infinity."""
+    diff = np.linalg.norm(np.asarray(accelerations, np.float64) - reference, axis=1)
+    norm = np.linalg.norm(reference, axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        errors = np.where(norm > 0, diff / np.where(norm > 0, norm, 1.0),
-                          np.where(diff > 0, np.inf, 0.0))
+        return np.where(norm > 0, diff / np.where(norm > 0, norm, 1.0),
+                        np.where(diff > 0, np.inf, 0.0))
+
+
+def error_statistics(errors: np.ndarray) -> tuple[float, float, float]:
+    """Median, 99th percentile and maximum of relative errors (zeros when there are none)."""
     if errors.size == 0:
-        return ForceErrors(0.0, 0.0, 0.0, targets, errors)
+        return 0.0, 0.0, 0.0
     with np.errstate(invalid="ignore"):  # inf - inf between infinite errors
         median, p99 = np.median(errors), np.quantile(errors, 0.99)
     median, p99 = (np.inf if np.isnan(v) else float(v) for v in (median, p99))
-    return ForceErrors(median, p99, float(errors.max()), targets, errors)
+    return median, p99, float(errors.max())
 
 
 def force_accuracy(bodies: Any, softening: float = 0.0, *, G: float = 1.0,
@@ -152,3 +173,39 @@ def force_accuracy(bodies: Any, softening: float = 0.0, *, G: float = 1.0,
     acc = accelerations(bodies, softening, G=G, method=method, theta=theta,
                         leaf_size=leaf_size, dtype=dtype, tile_size=tile_size, client=client)
     return force_errors(bodies, acc, softening=softening, G=G, sample=sample, seed=seed)
+
+
+# -- the sampled force errors recorded at snapshots (task functions, see graph.snapshot_graph) --
+
+def pick_targets(tile: Tile, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions and accelerations, (3, k) float64 each, of the bodies of a tile in body
+    order (``start, start + 1, ...``) that are among ``targets`` (sorted body indices)."""
+    lo, hi = np.searchsorted(targets, [tile.start, tile.start + tile.size])
+    local = targets[lo:hi] - tile.start
+    return (tile.position[:, local].astype(np.float64),
+            tile.acceleration[:, local].astype(np.float64))
+
+
+def join_targets(*picks: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The picks of all tiles, in tile order: positions and accelerations, (3, K) each."""
+    return (np.ascontiguousarray(np.concatenate([p for p, _ in picks], axis=1)),
+            np.ascontiguousarray(np.concatenate([a for _, a in picks], axis=1)))
+
+
+def reference_partial(targets: tuple[np.ndarray, np.ndarray], source: Tile,
+                      softening: float) -> np.ndarray:
+    """Accelerations (3, K), float64, G = 1, of the target positions due to one tile."""
+    from .kernels.cpu import accel_tile
+
+    position = targets[0]
+    xs, ys, zs = (np.ascontiguousarray(row, dtype=np.float64) for row in source.position)
+    return accel_tile(position[0], position[1], position[2], xs, ys, zs,
+                      source.mass.astype(np.float64), np.float64(softening) ** 2)
+
+
+def sampled_errors(targets: tuple[np.ndarray, np.ndarray], G: float,
+                   reference: np.ndarray) -> np.ndarray:
+    """``[median, p99, max]`` of the targets' relative force errors: their accelerations
+    against ``G`` times ``reference``, the float64 direct sum (3, K) with G = 1."""
+    errors = relative_errors(targets[1].T, G * reference.T)
+    return np.array(error_statistics(errors))

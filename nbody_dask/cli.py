@@ -178,6 +178,9 @@ def main() -> None:
                    "[default: nbody.theta, 0.4].")
 @click.option("--leaf-size", type=int, default=None,
               help="The tree's most bodies per leaf [default: nbody.leaf-size, 64].")
+@click.option("--force-error-sample", type=int, default=None, metavar="K",
+              help="Record at every snapshot the force error of K sampled bodies against a "
+                   "float64 direct sum (median, p99, max) [default: not recorded].")
 @click.option("-G", "--G", "G", type=float, default=None,
               help="Gravitational constant [default: 1, Hénon units].")
 @click.option("--store", default="run.zarr", show_default=True, metavar="PATH|URL",
@@ -189,8 +192,9 @@ def main() -> None:
 @_cluster_options
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, tile_size,
-        split_every, backend, layout, method, theta, leaf_size, G, store, storage_options,
-        overwrite, max_energy_error, cluster_kind, scheduler, scheduler_file, progress) -> None:
+        split_every, backend, layout, method, theta, leaf_size, force_error_sample, G, store,
+        storage_options, overwrite, max_energy_error, cluster_kind, scheduler, scheduler_file,
+        progress) -> None:
     """Run a simulation and write its trajectory to a Zarr store."""
     from .location import store_location
 
@@ -203,7 +207,8 @@ def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, 
                              snapshot_every=snapshot_every, dtype=dtype, tile_size=tile_size,
                              split_every=split_every, backend=backend, layout=layout,
                              method=method, theta=theta, leaf_size=leaf_size,
-                             G=G, overwrite=overwrite, progress=progress,
+                             force_error_sample=force_error_sample, G=G,
+                             overwrite=overwrite, progress=progress,
                              max_energy_error=max_energy_error,
                              storage_options=storage_options)
 
@@ -571,6 +576,10 @@ def _summary(store: str, traj: Any) -> str:
             f"{np.max(np.abs(energy / energy[0] - 1)) if energy[0] else float('nan'):.3e}",
             f"momentum     max |P| = {np.abs(traj.momentum.values).max():.3e}",
         ]
+        if "force_error" in traj:
+            median, p99, largest = traj.force_error.values.max(axis=0)
+            lines.append(f"force error  worst snapshot: median {median:.2e}, p99 {p99:.2e}, "
+                         f"max {largest:.2e} ({attrs['force_error_sample']} sampled bodies)")
     return "\n".join(lines)
 
 

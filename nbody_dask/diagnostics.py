@@ -35,7 +35,11 @@ def tile_diagnostics(tile: Tile, G: float) -> np.ndarray:
 
 
 def as_record(vector: np.ndarray) -> dict[str, float | np.ndarray]:
-    """Name the entries of a diagnostics vector; adds ``total_energy``."""
+    """Name the entries of a diagnostics vector; adds ``total_energy``.
+
+    Entries 8-10, where present, are the snapshot's sampled force errors (median, p99,
+    max), named ``force_error``.
+    """
     rec: dict[str, float | np.ndarray] = {
         "kinetic_energy": float(vector[0]),
         "potential_energy": float(vector[1]),
@@ -43,6 +47,8 @@ def as_record(vector: np.ndarray) -> dict[str, float | np.ndarray]:
         "angular_momentum": np.asarray(vector[5:8]),
     }
     rec["total_energy"] = rec["kinetic_energy"] + rec["potential_energy"]
+    if vector.shape[0] > 8:  # the run records sampled force errors
+        rec["force_error"] = np.asarray(vector[8:11])
     return rec
 
 

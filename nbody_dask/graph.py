@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from .accuracy import (join_targets, pick_targets, reference_partial, sample_targets,
+                       sampled_errors)
 from .backends import tile_kernels
 from .bodies import Tile
 from .diagnostics import tile_diagnostics
@@ -373,7 +375,41 @@ def snapshot_graph(plan: Plan, token: str, tiles: Sequence, step: int,
                      lambda level, g: key(token, f"diagcombine{level}", step, g))
     total = key(token, "diagnostics", step)
     dsk[total] = (sum_in_order, *[p for p, _ in parts])
+    if plan.force_error_sample:
+        errors = _sampled_force_errors(dsk, plan, token, step, tiles)
+        dsk[key(token, "diagerrors", step)] = (_append, total, errors)
+        total = key(token, "diagerrors", step)
     return dsk, total
+
+
+def _sampled_force_errors(dsk: Graph, plan: Plan, token: str, step: int,
+                          tiles: Sequence) -> str:
+    """Add the tasks that measure the force errors of the plan's sampled bodies in body-order
+    ``tiles`` against a float64 direct sum (each tile adds its part, summed in tile order);
+    return the key of their ``[median, p99, max]``."""
+    name = functools.partial(key, token)
+    targets = _error_targets(plan.n, plan.force_error_sample)
+    picks = [name("errpick", step, i) for i in range(len(tiles))]
+    for pick, tile in zip(picks, tiles, strict=True):
+        dsk[pick] = (pick_targets, tile, targets)
+    joined = name("errtargets", step)
+    dsk[joined] = (join_targets, *picks)
+    partials = [name("errpart", step, i) for i in range(len(tiles))]
+    for part, tile in zip(partials, tiles, strict=True):
+        dsk[part] = (reference_partial, joined, tile, plan.softening)
+    dsk[name("errref", step)] = (sum_in_order, *partials)
+    dsk[name("errstats", step)] = (sampled_errors, joined, plan.G, name("errref", step))
+    return name("errstats", step)
+
+
+@functools.lru_cache(maxsize=4)
+def _error_targets(n: int, sample: int) -> np.ndarray:
+    """The bodies whose force errors every snapshot of a run records (always the same)."""
+    return sample_targets(n, sample, seed=0)
+
+
+def _append(diagnostics: np.ndarray, errors: np.ndarray) -> np.ndarray:
+    return np.concatenate([diagnostics, errors])
 
 
 def execute(dsk: Graph, out: str, inputs: dict[str, Any]) -> Any:

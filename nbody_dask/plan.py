@@ -212,6 +212,9 @@ class Plan:
         The tree's most bodies per leaf.
     retile_every : int
         The tree's re-tiling interval in steps (snapshot steps re-tile as well).
+    force_error_sample : int
+        Bodies whose relative force error every snapshot records against a float64 direct
+        sum (:mod:`nbody_dask.accuracy`); 0 records none.
     """
 
     n: int
@@ -230,6 +233,7 @@ class Plan:
     theta: float = 0.4
     leaf_size: int = 64
     retile_every: int = 10
+    force_error_sample: int = 0
 
     def __post_init__(self) -> None:
         check_layout(self.layout)

@@ -59,7 +59,7 @@ def _optional_int(name: str, value: Any, minimum: int) -> int | None:
 
 
 def _plan(n, steps, dt, softening, G, snapshot_every, dtype, tile_size, split_every, backend,
-          layout, method=None, theta=None, leaf_size=None) -> Plan:
+          layout, method=None, theta=None, leaf_size=None, force_error_sample=None) -> Plan:
     """Validate a run's parameters (config defaults filled in) into its :class:`Plan`."""
     layout = check_layout(config.get("layout", layout))  # Plan refuses rows with cuda
     method = resolve_method(check_method(config.get("method", method)), n)
@@ -86,6 +86,7 @@ def _plan(n, steps, dt, softening, G, snapshot_every, dtype, tile_size, split_ev
         theta=theta,
         leaf_size=check_int("leaf_size", config.get("leaf-size", leaf_size), 1),
         retile_every=check_int("nbody.retile-every", config.get("retile-every"), 1),
+        force_error_sample=check_int("force_error_sample", force_error_sample or 0, 0),
     )
 
 
@@ -107,6 +108,7 @@ def simulate(
     method: str | None = None,
     theta: float | None = None,
     leaf_size: int | None = None,
+    force_error_sample: int | None = None,
     client: Client | None = None,
     overwrite: bool = False,
     resume: bool = False,
@@ -176,6 +178,12 @@ def simulate(
         more accurate and slower (see the user guide's "accuracy and speed").
     leaf_size : int, optional
         The tree's most bodies per leaf; ``nbody.leaf-size`` (64) by default.
+    force_error_sample : int, optional
+        Record at every snapshot the relative force error of this many bodies (drawn once,
+        the same at every snapshot) against a float64 direct sum: ``force_error(time,
+        statistic)`` in the trajectory, ``statistic`` being median, p99 and max. It costs
+        ``force_error_sample x N`` float64 interactions a snapshot, spread over the tiles.
+        None or 0 (the default): not recorded.
     client : distributed.Client, optional
         Cluster to run on. None starts a :func:`nbody_dask.clusters.local` cluster bound
         to 127.0.0.1 and closes it afterwards.
@@ -191,8 +199,9 @@ def simulate(
         Called in the driver as ``callback(step, record)`` each time a submission of steps
         completes, in order: ``record`` is the snapshot's diagnostics (a dict with
         ``kinetic_energy``, ``potential_energy``, ``total_energy``, ``momentum``,
-        ``angular_momentum``) once all of a snapshot's regions are written (the commit marker
-        follows within a second), None for submissions that end between snapshots.
+        ``angular_momentum``, and ``force_error`` when recorded) once all of a snapshot's
+        regions are written (the commit marker follows within a second), None for
+        submissions that end between snapshots.
     max_energy_error : float, optional
         Stop the run with :class:`EnergyErrorExceeded` at the first snapshot whose relative
         energy error ``|E / E0 - 1|`` (``|E - E0|`` if ``E0`` is 0) exceeds this bound; E0 is
@@ -204,7 +213,8 @@ def simulate(
     xarray.Dataset
         The trajectory: ``position(time, body, axis)``, ``velocity(time, body, axis)``,
         ``mass(body)``, ``kinetic_energy``, ``potential_energy``, ``total_energy``,
-        ``momentum(time, axis)``, ``angular_momentum(time, axis)``, coordinates ``time``,
+        ``momentum(time, axis)``, ``angular_momentum(time, axis)`` (and
+        ``force_error(time, statistic)`` with ``force_error_sample``), coordinates ``time``,
         ``step``, ``body`` and ``axis``. Lazy (backed by the store) when ``store`` is given.
 
     Raises
@@ -247,7 +257,7 @@ def simulate(
     backend = check_backend(config.get("backend", backend))
     given = dict(steps=steps, dt=dt, softening=softening, G=G, snapshot_every=snapshot_every,
                  dtype=dtype, tile_size=tile_size, split_every=split_every, theta=theta,
-                 leaf_size=leaf_size)
+                 leaf_size=leaf_size, force_error_sample=force_error_sample)
     if resume:
         plan, path, done = _resume_point(bodies, store, storage_options, overwrite,
                                          {**given, "method": method}, backend, layout)
@@ -270,7 +280,8 @@ def simulate(
                 create_store(path, ds, snapshot_steps=plan.snapshot_steps(), t0=t0,
                              dt=plan.dt, dtype=resolve_dtype(plan.dtype),
                              tile_size=plan.tile_size, attrs=_store_attrs(plan, ds),
-                             units=_cf_units(ds))
+                             units=_cf_units(ds),
+                             force_errors=plan.force_error_sample > 0)
             with _progress(show_progress, plan.steps) as report, _stop_on_signals() as stop:
                 energy = _EnergyBound(max_energy_error, path if resume else None)
 
@@ -571,7 +582,8 @@ def _stop_on_signals() -> Iterator[_StopRequest]:
 
 @contextmanager
 def _progress(enabled: bool, steps: int):
-    """A rich progress bar with steps/s, ETA and the relative energy error."""
+    """A rich progress bar with steps/s, ETA, the relative energy error and, when recorded,
+    the median sampled force error."""
     if not enabled:
         yield lambda step, record: None
         return
@@ -594,6 +606,8 @@ def _progress(enabled: bool, steps: int):
                 e0 = energy0[0]
                 if e0 != 0:
                     fields["energy"] = f"|dE/E| {abs(record['total_energy'] / e0 - 1):.2e}"
+                if "force_error" in record:
+                    fields["energy"] += f"  force error median {record['force_error'][0]:.1e}"
             bar.update(task, completed=step, **fields)
 
         yield report
@@ -714,6 +728,7 @@ def _store_attrs(plan: Plan, ds: xr.Dataset) -> dict[str, Any]:
         "layout": plan.layout,
         "method": plan.method,
         **({"theta": plan.theta, "leaf_size": plan.leaf_size} if plan.method == "tree" else {}),
+        **({"force_error_sample": plan.force_error_sample} if plan.force_error_sample else {}),
         "nbody_dask_version": __version__,
         "config": json.dumps(plan.stored()),
         **{k: ds.attrs[k] for k in PHYSICAL_UNIT_ATTRS if k in ds.attrs},

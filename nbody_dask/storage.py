@@ -12,6 +12,8 @@ Layout (xarray over Zarr v3, readable with ``xr.open_zarr(path)``)::
     variables    position(time, body, axis)   velocity(time, body, axis)   mass(body)
                  kinetic_energy(time)  potential_energy(time)  total_energy(time)
                  momentum(time, axis)  angular_momentum(time, axis)
+                 force_error(time, statistic) (= median, p99, max; only in runs that
+                 record the sampled force errors)
     attributes   G, softening, dt, integrator, dtype, units, nbody_dask_version,
                  snapshot_every, tile_size, config (the full run configuration, JSON)
     group nbody  attribute "committed": number of snapshots fully written
@@ -42,6 +44,7 @@ import xarray as xr
 import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
+from .accuracy import ERROR_STATISTICS
 from .bodies import AXES, Tile
 from .lease import LeaseLostError, holds, is_lease_file, refuse_if_in_use
 from .location import LocalLocation, StoreLocation, store_location
@@ -53,6 +56,7 @@ __all__ = ["check_store_path", "is_trajectory_store", "create_store", "write_til
 _MARKER_GROUP = "nbody"
 _VECTORS = ("momentum", "angular_momentum")
 _SCALARS = ("kinetic_energy", "potential_energy", "total_energy")
+_ERRORS = "force_error"  # optional: (time, statistic), the sampled force errors
 TIME_UNITS = "N-body time units (G = 1 unless the G attribute says otherwise)"
 
 
@@ -169,11 +173,13 @@ def create_store(
     tile_size: int,
     attrs: dict[str, Any],
     units: dict[str, str] | None = None,
+    force_errors: bool = False,
 ) -> None:
     """Lay out an empty trajectory store for ``len(snapshot_steps)`` snapshots.
 
     ``units`` maps variable names (and ``time``) to CF ``units`` attributes, for runs in
-    physical units (:meth:`nbody_dask.units.UnitSystem.cf_units`).
+    physical units (:meth:`nbody_dask.units.UnitSystem.cf_units`). ``force_errors`` adds
+    ``force_error(time, statistic)`` for runs that record sampled force errors.
 
     Replaces whatever is at ``store`` (callers check with :func:`check_store_path` first)
     except the writer lease (:mod:`nbody_dask.lease`) of the run that calls it.
@@ -188,6 +194,13 @@ def create_store(
     def lazy(shape, chunks, fill_dtype):
         return da.full(shape, np.nan, chunks=chunks, dtype=fill_dtype)
 
+    optional = {}
+    if force_errors:
+        optional[_ERRORS] = (("time", "statistic"),
+                             np.full((n_snap, len(ERROR_STATISTICS)), np.nan),
+                             {"long_name": "relative force error of sampled bodies "
+                                           "against a float64 direct sum"})
+
     ds = xr.Dataset(
         {
             "position": (("time", "body", "axis"), lazy((n_snap, n, 3), state_chunks, dtype)),
@@ -197,12 +210,15 @@ def create_store(
             # fill up: committing later rewrites them in place.
             **{k: ("time", np.full(n_snap, np.nan)) for k in _SCALARS},
             **{k: (("time", "axis"), np.full((n_snap, 3), np.nan)) for k in _VECTORS},
+            **optional,
         },
         coords={
             "time": ("time", t0 + steps * dt, {"units": TIME_UNITS, "long_name": "time"}),
             "step": ("time", steps, {"long_name": "step number"}),
             "body": ("body", bodies["body"].values, {"long_name": "body id"}),
             "axis": ("axis", np.array(AXES, dtype=object)),
+            **({"statistic": ("statistic", np.array(ERROR_STATISTICS, dtype=object))}
+               if force_errors else {}),
         },
         attrs=attrs,
     )
@@ -214,6 +230,8 @@ def create_store(
     encoding = {name: {"chunks": state_chunks} for name in ("position", "velocity")}
     encoding.update({name: {"chunks": (diag_chunk,)} for name in _SCALARS})
     encoding.update({name: {"chunks": (diag_chunk, 3)} for name in _VECTORS})
+    if force_errors:
+        encoding[_ERRORS] = {"chunks": (diag_chunk, len(ERROR_STATISTICS))}
     for name in [*ds.data_vars, "time", "step", "body"]:  # a CRC-32C on every chunk
         encoding.setdefault(name, {})["compressors"] = (ZstdCodec(), Crc32cCodec())
     with warnings.catch_warnings():
@@ -284,7 +302,7 @@ class SnapshotCommitter:
                  guard: Callable[[], None] | None = None) -> None:
         self._guard = guard  # raises if this run may no longer write (lost writer lease)
         self._root = zarr.open_group(store.zarr_store(), mode="r+", use_consolidated=False)
-        self._arrays = {name: self._root[name] for name in _SCALARS + _VECTORS}
+        self._arrays = {name: self._root[name] for name in _diagnostics(self._root)}
         self._marker = self._root[_MARKER_GROUP]
         self._committed = int(self._marker.attrs["committed"])
         self._buffer: list[dict[str, Any]] = []
@@ -328,6 +346,11 @@ class SnapshotCommitter:
         self._committed = hi
         self._buffer.clear()
         self._last_flush = time.monotonic()
+
+
+def _diagnostics(root: zarr.Group) -> tuple[str, ...]:
+    """The names of a store's per-snapshot diagnostics (written by the driver)."""
+    return _SCALARS + _VECTORS + ((_ERRORS,) if _ERRORS in root else ())
 
 
 def _open_root(store: StoreLocation) -> zarr.Group:
@@ -413,7 +436,8 @@ def open_trajectory(store: Store, storage_options: Mapping[str, Any] | None = No
         raise ValueError(f"store {str(location)!r} is damaged: {committed} snapshots committed "
                          f"but {ds.sizes['time']} laid out")
     ds = ds.isel(time=slice(0, committed))
-    for name in ("position", "velocity", *_SCALARS, *_VECTORS):
+    for name in ("position", "velocity", *_SCALARS, *_VECTORS,
+                 *([_ERRORS] if _ERRORS in ds else [])):
         reader = _CheckedReader(location, name, committed)
         ds[name] = ds[name].copy(data=da.from_array(
             reader, chunks=ds[name].data.chunks, name=f"nbody-read-{name}-{tokenize(reader)}"))

@@ -121,11 +121,12 @@ def test_signal_commits_and_exits_cleanly_then_resumes(tmp_path, reference, sign
     _assert_identical(store, reference)
 
 
-def test_worker_killed_mid_run_gives_identical_result(tmp_path):
+@pytest.mark.parametrize("method", ["direct", "tree"])
+def test_worker_killed_mid_run_gives_identical_result(tmp_path, method):
     """SIGKILL one of two worker processes a third of the way through."""
     ds = nbody_dask.plummer(600, seed=2)
     kw = dict(steps=60, dt=1 / 64, softening=0.05, snapshot_every=5, tile_size=100,
-              progress=False)
+              progress=False, method=method)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address="127.0.0.1:0", silence_logs=50) as cluster, \
             Client(cluster) as c:

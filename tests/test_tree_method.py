@@ -183,22 +183,35 @@ def test_resume_after_a_crash_is_bit_identical(client, tmp_path):
         np.testing.assert_array_equal(resumed[name].values, whole[name].values)
 
 
-def test_driver_killed_then_resumed_is_bit_identical(tmp_path, client):
-    """A CLI driver running the tree on 4 spatial tiles is SIGKILLed after 3 snapshots, then
-    resumed: the store equals an uninterrupted run's."""
+CLI_RUN = ["--ic", "plummer", "--n", "800", "--seed", "4", "--steps", "150", "--dt",
+           "0.0078125", "--softening", "0.05", "--snapshot-every", "5", "--tile-size", "200",
+           "--method", "tree", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def cli_reference(tmp_path_factory):
+    """An uninterrupted CLI run of the tree on 4 spatial tiles."""
+    store = tmp_path_factory.mktemp("tree-reference") / "ref.zarr"
+    subprocess.run([sys.executable, "-m", "nbody_dask.cli", "run", *CLI_RUN, "--store",
+                    str(store)], check=True, timeout=300)
+    return nbody_dask.open_trajectory(store).load()
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGKILL, -9), (signal.SIGTERM, 143)])
+def test_interrupted_driver_resumed_is_bit_identical(tmp_path, cli_reference, signum, code):
+    """A CLI driver running the tree is SIGKILLed (no chance to clean up) or SIGTERMed
+    (commits and exits) after 3 snapshots, then resumed: the store equals an uninterrupted
+    run's, re-tiles included."""
+    import os
+    import time
+
     from nbody_dask.storage import committed_snapshots
 
-    args = ["--ic", "plummer", "--n", "800", "--seed", "4", "--steps", "150", "--dt",
-            "0.0078125", "--softening", "0.05", "--snapshot-every", "5", "--tile-size",
-            "200", "--method", "tree", "--no-progress"]
-    reference = tmp_path / "ref.zarr"
-    run = [sys.executable, "-m", "nbody_dask.cli", "run", *args]
-    subprocess.run([*run, "--store", str(reference)], check=True, timeout=300)
-    store = tmp_path / "killed.zarr"
-    proc = subprocess.Popen([*run, "--store", str(store)], start_new_session=True)
+    store = tmp_path / "interrupted.zarr"
+    proc = subprocess.Popen([sys.executable, "-m", "nbody_dask.cli", "run", *CLI_RUN,
+                             "--store", str(store)], stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
-        import time
-
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             assert proc.poll() is None
@@ -208,22 +221,23 @@ def test_driver_killed_then_resumed_is_bit_identical(tmp_path, client):
             except (ValueError, OSError):
                 pass
             time.sleep(0.02)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
     finally:
-        import os
-
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGKILL)  # a killed driver's orphaned workers
         except ProcessLookupError:
             pass
-    assert committed_snapshots(store) < 31
+    assert proc.returncode == code, err
+    if signum == signal.SIGTERM:
+        assert "interrupted by SIGTERM" in err and "Traceback" not in err
+    assert 3 <= committed_snapshots(store) < cli_reference.sizes["time"]
     subprocess.run([sys.executable, "-m", "nbody_dask.cli", "resume", str(store),
                     "--no-progress"], check=True, timeout=300)
     got = nbody_dask.open_trajectory(store).load()
-    want = nbody_dask.open_trajectory(reference).load()
     for name in ("position", "velocity", "total_energy", "momentum"):
-        np.testing.assert_array_equal(got[name].values, want[name].values, err_msg=name)
+        np.testing.assert_array_equal(got[name].values, cli_reference[name].values,
+                                      err_msg=name)
 
 
 def test_body_trajectories_stay_continuous_over_many_retilings(client):
@@ -306,3 +320,43 @@ def test_tree_tile_sizes():
     assert auto_tile_size(1_048_576, 2, method="tree") == 349_526  # 3 tiles: 9 walks
     assert auto_tile_size(4_194_304, 2, method="tree") == 1_048_576  # at most 1M a tile
     assert auto_tile_size(1_048_576, 64, method="tree") == 65_536  # 16 tiles for 64 threads
+
+
+def test_snapshots_record_the_sampled_force_errors(client, tmp_path):
+    """force_error_sample: each snapshot stores the median, p99 and max force error of the
+    same sampled bodies, equal to force_errors() on that snapshot's state; resumed runs go
+    on recording; the CLI shows the worst."""
+    from click.testing import CliRunner
+
+    from nbody_dask.accuracy import force_errors
+    from nbody_dask.cli import main
+
+    ds = nbody_dask.plummer(900, seed=3)
+    store = tmp_path / "errors.zarr"
+
+    def crash(step, record):
+        assert record is None or record["force_error"].shape == (3,)
+        if step >= 4:
+            raise _Crash
+
+    with pytest.raises(_Crash):
+        _run(client, ds, store=store, force_error_sample=150, callback=crash)
+    with pytest.raises(ValueError, match="force_error_sample=7 differs from the store's"):
+        nbody_dask.simulate(store=store, resume=True, force_error_sample=7, client=client)
+    traj = nbody_dask.simulate(store=store, resume=True, client=client, progress=False).load()
+    assert list(traj.statistic.values) == ["median", "p99", "max"]
+    assert traj.attrs["force_error_sample"] == 150
+    for t in (0, traj.sizes["time"] - 1):
+        snap = nbody_dask.accelerations(traj.isel(time=t), 0.02, method="tree",
+                                        tile_size=200, client=client)
+        want = force_errors(traj.isel(time=t), snap, softening=0.02, sample=150)
+        np.testing.assert_allclose(traj.force_error[t].values, [want.median, want.p99,
+                                                                want.max], rtol=1e-6)
+        assert 1e-6 < want.median < 3e-4
+    direct = _run(client, ds, method="direct", dtype="float64", force_error_sample=150)
+    assert float(direct.force_error.max()) < 1e-13
+    assert "force_error" not in _run(client, ds)  # only when asked
+    result = CliRunner().invoke(main, ["info", str(store)])
+    assert result.exit_code == 0 and "(150 sampled bodies)" in result.output, result.output
+    with pytest.raises(ValueError, match="force_error_sample must be >= 0, got -1"):
+        _run(client, ds, force_error_sample=-1)
