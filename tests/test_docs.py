@@ -23,6 +23,7 @@ MODULES = {
     "nbody_dask.accuracy": None,
     "nbody_dask.testing": None,
     "nbody_dask.kernels.tree": None,
+    "nbody_dask.kernels.law": None,
     "nbody_dask.plan": None,
     "nbody_dask.spatial": None,
     "nbody_dask.units": None,

@@ -260,3 +260,18 @@ def test_parallel_row_kernel_is_safe_from_concurrent_threads():
     for r in results[1:]:
         np.testing.assert_array_equal(r, results[0])
     assert numba.threading_layer() in {"omp", "tbb"}
+
+
+def test_the_softened_law_is_written_once():
+    """kernels.law: 1 / sqrt(r^2 + eps^2) in the inputs' dtype, zero for coincident bodies;
+    compile_for compiles the same source for another target (here: plain Python)."""
+    from nbody_dask.kernels import law
+
+    for dtype in (np.float32, np.float64):
+        one, zero = dtype(1), dtype(0)
+        got = law.inverse_distance(dtype(3), dtype(4), zero, dtype(0.25) ** 2, zero, one)
+        assert got == one / np.sqrt(dtype(25.0625))  # computed in dtype (Numba returns float)
+        assert law.inverse_distance(zero, zero, zero, zero, zero, one) == 0  # never NaN
+    python = law.compile_for(lambda f: f, lambda x, one: one / np.sqrt(x) + 1)
+    assert python(3.0, 4.0, 0.0, 0.0, 0.0, 1.0) == 1.2  # the other target's own sqrt
+    assert python(0.0, 0.0, 0.0, 0.0, 0.0, 1.0) == 0.0

@@ -10,7 +10,8 @@ Contract (shared with :mod:`nbody_dask.kernels.cuda`):
 * the result has the inputs' dtype: no float64 promotion in the float32 path;
 * ``G`` is *not* applied: callers multiply once after the reduction;
 * a source at exactly the target's position contributes zero, also with ``eps2 == 0``
-  (this covers the self term ``i == j``), never NaN;
+  (this covers the self term ``i == j``), never NaN: the softened law of
+  :mod:`nbody_dask.kernels.law`, written once and inlined here;
 * the inner loop runs over sources and vectorises (SIMD) with one reciprocal square root
   per interaction; the outer loop runs over targets, four at a time (register blocking:
   each source is loaded once for four targets).
@@ -29,18 +30,17 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .law import JIT_OPTIONS as _JIT
+from .law import inverse_distance
+
 __all__ = ["accel_tile", "accel_potential_tile", "tile_pair_forces", "symmetric_pair_forces",
            "self_tile_forces",
            "SYMMETRIC_CHUNK"]
 
-_JIT = dict(nogil=True, cache=True, fastmath=True, error_model="numpy", boundscheck=False)
-
-
 @njit(**_JIT)
 def _inv_r3(dx, dy, dz, eps2, zero, one):
     """1 / r^3 of one softened separation, zero for coincident bodies."""
-    r2 = dx * dx + dy * dy + dz * dz + eps2
-    inv = one / np.sqrt(r2) if r2 > zero else zero
+    inv = inverse_distance(dx, dy, dz, eps2, zero, one)
     return inv * inv * inv
 
 
@@ -152,8 +152,7 @@ def accel_potential_tile(xt, yt, zt, xs, ys, zs, ms, eps2, diagonal, first=0):
         ax = ay = az = phi = zero
         for j in range(ns):
             dx, dy, dz = xs[j] - xi, ys[j] - yi, zs[j] - zi
-            r2 = dx * dx + dy * dy + dz * dz + eps2
-            inv = one / np.sqrt(r2) if r2 > zero else zero
+            inv = inverse_distance(dx, dy, dz, eps2, zero, one)
             mi = ms[j] * inv
             s = mi * inv * inv
             ax += s * dx
@@ -184,13 +183,6 @@ def tile_pair_forces(target_position, source_position, source_mass, eps2, with_p
 #: Sources per block of the symmetric kernel: the reactions it accumulates on the sources
 #: (3-4 rows of this many) stay in L1/L2 while all targets pass over them.
 SYMMETRIC_CHUNK = 4096
-
-
-@njit(**_JIT)
-def _inv_r(dx, dy, dz, eps2, zero, one):
-    """1 / r of one softened separation, zero for coincident bodies."""
-    r2 = dx * dx + dy * dy + dz * dz + eps2
-    return one / np.sqrt(r2) if r2 > zero else zero
 
 
 @njit(inline="always", **_JIT)
@@ -240,10 +232,10 @@ def _symmetric(xt, yt, zt, mt, xs, ys, zs, ms, eps2, with_potential, self_pairs)
                 dx1, dy1, dz1 = xj - x1, yj - y1, zj - z1
                 dx2, dy2, dz2 = xj - x2, yj - y2, zj - z2
                 dx3, dy3, dz3 = xj - x3, yj - y3, zj - z3
-                r0 = _inv_r(dx0, dy0, dz0, eps2, zero, one)
-                r1 = _inv_r(dx1, dy1, dz1, eps2, zero, one)
-                r2 = _inv_r(dx2, dy2, dz2, eps2, zero, one)
-                r3 = _inv_r(dx3, dy3, dz3, eps2, zero, one)
+                r0 = inverse_distance(dx0, dy0, dz0, eps2, zero, one)
+                r1 = inverse_distance(dx1, dy1, dz1, eps2, zero, one)
+                r2 = inverse_distance(dx2, dy2, dz2, eps2, zero, one)
+                r3 = inverse_distance(dx3, dy3, dz3, eps2, zero, one)
                 s0, s1, s2, s3 = r0 * r0 * r0, r1 * r1 * r1, r2 * r2 * r2, r3 * r3 * r3
                 ax0 += mj * s0 * dx0
                 ay0 += mj * s0 * dy0
@@ -281,7 +273,7 @@ def _symmetric(xt, yt, zt, mt, xs, ys, zs, ms, eps2, with_potential, self_pairs)
             for a in range(i, min(i + 4, nt)):
                 for b in range(a + 1, min(i + 4, nt)):
                     dx, dy, dz = xt[b] - xt[a], yt[b] - yt[a], zt[b] - zt[a]
-                    r = _inv_r(dx, dy, dz, eps2, zero, one)
+                    r = inverse_distance(dx, dy, dz, eps2, zero, one)
                     s = r * r * r
                     out_t[0, a] += mt[b] * s * dx
                     out_t[1, a] += mt[b] * s * dy

@@ -3,8 +3,9 @@
 NVIDIA's classic N-body shape: targets in threads (``TARGETS_PER_THREAD`` each, one by
 default); each block stages a tile of ``BLOCK`` sources in shared memory, synchronises,
 every thread accumulates over the tile, synchronises, next tile. The last source tile is
-padded with zero-mass bodies (a masked tail), so any lengths work. ``1 / r`` is libdevice's
-``rsqrt`` (one special-function instruction, where ``1 / sqrt`` under ``fastmath`` is two).
+padded with zero-mass bodies (a masked tail), so any lengths work. ``1 / r`` is the softened
+law of :mod:`nbody_dask.kernels.law` compiled for the device with libdevice's ``rsqrt`` (one
+special-function instruction, where ``1 / sqrt`` under ``fastmath`` is two).
 Each staged chunk is summed on its own and then added to the running total (two-level
 summation): in float32 over ~10^5 sources this keeps the round-off at the CPU kernel's level,
 where one serial sum was ten times further off (measured on an H200). float32 and float64; no
@@ -37,6 +38,8 @@ import numba
 import numpy as np
 from numba import cuda, float32, float64
 
+from . import law
+
 __all__ = ["BLOCK", "TARGETS_PER_THREAD", "SIMULATOR_SHAPE", "VARIANTS", "available",
            "accel_tile", "accel_potential_tile", "tile_pair_forces", "DeviceCache",
            "DEVICE_CACHE"]
@@ -66,15 +69,24 @@ def available() -> bool:
 
 
 def _reciprocal_sqrt(dtype_name: str):
-    """The device's reciprocal square root (one special-function instruction on a GPU).
+    """The device's reciprocal square root ``(x, one) -> 1 / sqrt(x)`` (one special-function
+    instruction on a GPU), as :func:`nbody_dask.kernels.law.compile_for` wants it.
 
     Numba's simulator has no libdevice, so there the same value comes from ``1 / sqrt``.
     """
     if numba.config.ENABLE_CUDASIM:
-        return lambda x: 1 / math.sqrt(x)
+        return cuda.jit(device=True)(lambda x, one: one / math.sqrt(x))
     from numba.cuda import libdevice
 
-    return libdevice.rsqrtf if dtype_name == "float32" else libdevice.rsqrt
+    rsqrt = libdevice.rsqrtf if dtype_name == "float32" else libdevice.rsqrt
+    return cuda.jit(device=True, inline=True, fastmath=True)(lambda x, one: rsqrt(x))
+
+
+@functools.cache
+def _inverse_distance(dtype_name: str):
+    """The softened law of :mod:`nbody_dask.kernels.law`, as an inlined device function."""
+    return law.compile_for(cuda.jit(device=True, inline=True, fastmath=True),
+                           _reciprocal_sqrt(dtype_name))
 
 
 @functools.cache
@@ -88,7 +100,7 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int):
     potential arithmetic.
     """
     ftype = {"float32": float32, "float64": float64}[dtype_name]
-    rsqrt = _reciprocal_sqrt(dtype_name)
+    inverse_distance = _inverse_distance(dtype_name)
 
     @cuda.jit(fastmath=True)
     def tile_pair(pt, ps, ms, eps2, diagonal, out):
@@ -112,6 +124,7 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int):
         nt = pt.shape[1]
         ns = ps.shape[1]
         zero = ftype(0)
+        one = ftype(1)
         for p in range(per_thread):
             i = first + p * block
             active = i < nt  # inactive lanes compute on a dummy target and store nothing
@@ -149,8 +162,7 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int):
                     dx = xs - xi[p]
                     dy = ys - yi[p]
                     dz = zs - zi[p]
-                    r2 = dx * dx + dy * dy + dz * dz + eps2
-                    inv = rsqrt(r2) if r2 > zero else zero
+                    inv = inverse_distance(dx, dy, dz, eps2, zero, one)
                     mi = mk * inv
                     s = mi * inv * inv
                     cx[p] += s * dx

@@ -35,6 +35,8 @@ import numpy as np
 from numba import njit, prange
 
 from .cpu import accel_potential_tile, accel_tile
+from .law import JIT_OPTIONS as _JIT
+from .law import inverse_distance, reciprocal_sqrt
 
 __all__ = ["morton_keys", "build_tree", "cell_moments", "walk_sorted", "TileTree", "build",
            "walk", "check_tree_parameters", "tree_accelerations", "KEY_BITS", "THETA",
@@ -51,7 +53,6 @@ THETA = 0.4
 #: 64 was faster and more accurate than 16 and 32 at every opening angle measured.
 LEAF_SIZE = 64
 
-_JIT = dict(nogil=True, cache=True, fastmath=True, error_model="numpy", boundscheck=False)
 
 
 @njit(**_JIT)
@@ -218,9 +219,9 @@ def _m2p(xt, yt, zt, cx, cy, cz, cm, qxx, qyy, qzz, qxy, qxz, qyz, eps2, out):
         ax = ay = az = phi = zero
         for j in range(nc):
             dx, dy, dz = xi - cx[j], yi - cy[j], zi - cz[j]  # from the cell to the target
-            r2 = dx * dx + dy * dy + dz * dz
-            inv_s = one / np.sqrt(r2 + eps2)
-            inv = one / np.sqrt(r2)
+            inv_s = inverse_distance(dx, dy, dz, eps2, zero, one)  # the softened monopole
+            # the quadrupole's plain 1 / r (r > 0: the cell was accepted, so it is far)
+            inv = reciprocal_sqrt(dx * dx + dy * dy + dz * dz, one)
             inv2 = inv * inv
             inv5 = inv2 * inv2 * inv
             qx = qxx[j] * dx + qxy[j] * dy + qxz[j] * dz

@@ -1,0 +1,59 @@
+"""The softened force law, written once for every kernel.
+
+Plummer softening: a source of mass ``m`` at separation ``d`` from a target pulls it with
+``m d / (|d|^2 + eps^2)^(3/2)`` and adds ``-m / sqrt(|d|^2 + eps^2)`` to its potential (G = 1).
+Both come from one number, the softened inverse distance :func:`inverse_distance`; every
+kernel (the plain and symmetric CPU kernels, the tree's P2P and M2P, the CUDA kernel) calls
+it and builds its sums from it, and Numba inlines it into their inner loops.
+
+A source at exactly the target's position with ``eps == 0`` contributes zero, never NaN: the
+self term ``i == j`` and coincident bodies need no special case in any kernel.
+
+The arithmetic is written in the inputs' dtype: ``zero`` and ``one`` come from the caller's
+arrays, so no float64 literal promotes a float32 kernel. The only thing a target machine
+changes is the reciprocal square root: ``one / sqrt`` on CPUs (which LLVM turns into the
+SIMD square root and division), libdevice's ``rsqrt`` on a GPU (one special-function
+instruction). :func:`compile_for` compiles this very source for another target with its own.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+
+import numpy as np
+from numba import njit
+
+__all__ = ["inverse_distance", "reciprocal_sqrt", "compile_for", "JIT_OPTIONS"]
+
+#: Numba options of the CPU kernels: no GIL, cached on disk, SIMD-friendly floating point,
+#: NumPy's error model (Python's keeps divisions scalar: 16x slower).
+JIT_OPTIONS = dict(nogil=True, cache=True, fastmath=True, error_model="numpy",
+                   boundscheck=False)
+
+
+@njit(inline="always", **JIT_OPTIONS)
+def reciprocal_sqrt(x, one):
+    """``1 / sqrt(x)`` on the CPU, in the dtype of ``one``."""
+    return one / np.sqrt(x)
+
+
+@njit(**JIT_OPTIONS)
+def inverse_distance(dx, dy, dz, eps2, zero, one):
+    """``1 / sqrt(dx^2 + dy^2 + dz^2 + eps2)``, and zero where that sum is zero.
+
+    The softened force on a target is ``m * inv**3 * d`` and the potential ``-m * inv``, with
+    ``d`` the separation from target to source and ``inv`` this value. ``eps2 = 0`` gives the
+    plain inverse distance (as the tree's quadrupole terms use).
+    """
+    r2 = dx * dx + dy * dy + dz * dz + eps2
+    return reciprocal_sqrt(r2, one) if r2 > zero else zero
+
+
+def compile_for(jit: Callable, target_reciprocal_sqrt: Callable) -> Callable:
+    """:func:`inverse_distance`'s own source compiled by another target's ``jit`` (a CUDA
+    device-function decorator, say), calling ``target_reciprocal_sqrt(x, one)`` instead of
+    the CPU's :func:`reciprocal_sqrt`."""
+    source = inverse_distance.py_func
+    scope = {**source.__globals__, "reciprocal_sqrt": target_reciprocal_sqrt}
+    return jit(types.FunctionType(source.__code__, scope, source.__name__))
