@@ -48,7 +48,13 @@ def main() -> None:
     parser.add_argument("--plot", default=None,
                         help="PNG of median error against time per evaluation, last N")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--replot", default=None, metavar="JSON",
+                        help="only draw --plot again from this JSON of an earlier run")
     args = parser.parse_args()
+    if args.replot:
+        with open(args.replot) as f:
+            plot(json.load(f)[-1], args.plot)
+        return
 
     from distributed import Client
 
@@ -148,6 +154,7 @@ def plot(row: dict, path: str) -> None:
                                  ("pytreegrav", row.get("pytreegrav_sweep", []), "s--")):
         if not points:
             continue
+        points = sorted(points, key=lambda p: p["theta"])
         t = [p["seconds"] for p in points]
         line, = ax.loglog(t, [p["median"] for p in points], style, label=f"{label}, median")
         ax.loglog(t, [p["p99"] for p in points], style, color=line.get_color(), alpha=0.45,

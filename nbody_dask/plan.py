@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 __all__ = ["LAYOUTS", "METHODS", "check_layout", "check_method", "resolve_method",
-           "TREE_CROSSOVER", "Plan", "Part", "tile_bounds", "auto_tile_size",
+           "TREE_CROSSOVER", "TREE_ONE_TILE_MAX", "Plan", "Part", "tile_bounds", "auto_tile_size",
            "reduction_groups", "submission_ends"]
 
 LAYOUTS = ("pairs", "rows")
@@ -37,6 +37,11 @@ METHODS = ("auto", "direct", "tree")
 #: local cluster of 2 cores): at 4,096 bodies direct summation's step was faster in float32
 #: (one fused task), at 8,192 the tree's (default accuracy) was 2-3x faster in both dtypes.
 TREE_CROSSOVER = 8_192
+#: The tree on a one-worker cluster keeps up to this many bodies in one tile (see
+#: :func:`auto_tile_size`). Memory measured at half this size (4,194,304 float32 bodies, one
+#: in-process worker): 1.4 GiB peak for the whole process, input bodies included
+#: (``benchmarks/memory.py --n 4194304 --workers 1 --method tree``).
+TREE_ONE_TILE_MAX = 8_388_608
 
 Part = tuple[tuple[int, int], int | None]
 """A partial force on a target tile: ``((i, j), side)``, the tile-pair task ``(i, j)`` and,
@@ -105,7 +110,7 @@ def auto_tile_size(n: int, threads: int, backend: str = "cpu", layout: str = "pa
     layout : {"pairs", "rows"}
         Task layout (see the module docstring).
     workers : int
-        Worker processes of the cluster (used by ``layout="rows"``).
+        Worker processes of the cluster (used by ``layout="rows"`` and the tree).
     method : {"direct", "tree"}
         Force method; the tree's tiles are spatial, see :func:`_tree_tile_size`.
 
@@ -115,7 +120,7 @@ def auto_tile_size(n: int, threads: int, backend: str = "cpu", layout: str = "pa
         Bodies per tile (the last tile holds the remainder).
     """
     if method == "tree":
-        return _tree_tile_size(n, threads)
+        return _tree_tile_size(n, threads, workers)
     if layout == "rows":
         return max(1, math.ceil(n / max(1, int(workers))))
     if backend == "cuda":
@@ -130,12 +135,18 @@ def auto_tile_size(n: int, threads: int, backend: str = "cpu", layout: str = "pa
     return max(1, math.ceil(n / tiles))
 
 
-def _tree_tile_size(n: int, threads: int) -> int:
-    """Tile size of the tree method: up to 16,384 bodies one tile (a fused task of many
-    steps); beyond that ``T`` spatial tiles with ``T**2 >= 4 * threads`` tile-pair tasks, so
-    that the threads share a step's uneven pair tasks (a tile with itself costs most, a far
-    pair little), and at most 1,048,576 bodies a tile (the memory of one task)."""
-    if n <= 16_384:
+def _tree_tile_size(n: int, threads: int, workers: int = 1) -> int:
+    """Tile size of the tree method.
+
+    On one worker, up to :data:`TREE_ONE_TILE_MAX` bodies are one tile: one fused task whose
+    walk runs on all the worker's threads, with no re-tiling and no routing back to body
+    order (measured on 2 threads: 1.2-1.7x faster than 3 or 4 spatial tiles from 262,144 to
+    4,194,304 bodies, and as accurate as one global tree). On several workers, and beyond
+    that size, ``T`` spatial tiles with ``T**2 >= 4 * threads`` tile-pair tasks, so that the
+    threads share a step's uneven pair tasks (a tile with itself costs most, a far pair
+    little), and at most 1,048,576 bodies a tile (the memory of one task).
+    """
+    if n <= 16_384 or (int(workers) <= 1 and n <= TREE_ONE_TILE_MAX):
         return max(n, 1)
     tiles = max(math.ceil(math.sqrt(4 * max(1, int(threads)))), math.ceil(n / 1_048_576))
     return max(1, math.ceil(n / min(tiles, n // 4_096)))

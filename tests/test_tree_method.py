@@ -316,10 +316,13 @@ def test_cli_runs_the_tree_and_reports_its_accuracy(tmp_path):
 def test_tree_tile_sizes():
     from nbody_dask.plan import auto_tile_size
 
-    assert auto_tile_size(16_384, 2, method="tree") == 16_384  # one fused tile
-    assert auto_tile_size(1_048_576, 2, method="tree") == 349_526  # 3 tiles: 9 walks
-    assert auto_tile_size(4_194_304, 2, method="tree") == 1_048_576  # at most 1M a tile
-    assert auto_tile_size(1_048_576, 64, method="tree") == 65_536  # 16 tiles for 64 threads
+    assert auto_tile_size(16_384, 2, method="tree", workers=2) == 16_384  # one fused tile
+    # one worker: one tile (its walk on all threads) up to TREE_ONE_TILE_MAX
+    assert auto_tile_size(4_194_304, 2, method="tree") == 4_194_304
+    assert auto_tile_size(16_777_216, 64, method="tree") == 1_048_576  # at most 1M a tile
+    assert auto_tile_size(1_048_576, 2, method="tree", workers=2) == 349_526  # 9 walks
+    assert auto_tile_size(4_194_304, 2, method="tree", workers=2) == 1_048_576
+    assert auto_tile_size(1_048_576, 64, method="tree", workers=8) == 65_536  # 16 tiles
 
 
 def test_snapshots_record_the_sampled_force_errors(client, tmp_path):
