@@ -243,13 +243,15 @@ def _m2p(xt, yt, zt, cx, cy, cz, cm, qxx, qyy, qzz, qxy, qxz, qyz, eps2, out):
 
 @njit(**_JIT)
 def _group_forces(tx, ty, tz, lo, hi, x, y, z, m, eps2, inv_theta, start, end, skip, leaf,
-                  mass, com, bmax, cx, cy, cz, cm, q, own, rows, accepted, opened, buffer):
+                  mass, com, bmax, moments, own, rows, accepted, opened, buffer, gathered):
     """Forces on the targets ``tx[lo:hi]`` (a leaf of the target tree) by one walk of the
     source tree (``x, y, z, m`` and the tree arrays).
 
     ``own`` is the source cell that is this very leaf (same tree), or -1: its bodies' self
-    terms are left out of the potential. ``accepted``, ``opened`` (int64, one slot per
-    cell) and ``buffer`` (shape (4, k), the run's dtype) are scratch; returns the result
+    terms are left out of the potential. ``moments`` (cells, 10) holds the source cells'
+    mass, centre of mass and quadrupole in the run's dtype, for the M2P kernel. ``accepted``,
+    ``opened`` (int64, one slot per cell), ``buffer`` (shape (4, k)) and ``gathered``
+    (shape (10, cells)), both in the run's dtype, are scratch; returns the result
     (``rows``, hi - lo) and the buffer (grown if it was too small).
     """
     cells = start.shape[0]
@@ -298,10 +300,15 @@ def _group_forces(tx, ty, tz, lo, hi, x, y, z, m, eps2, inv_theta, start, end, s
     else:
         part = accel_tile(tx[lo:hi], ty[lo:hi], tz[lo:hi], buffer[0, :p], buffer[1, :p],
                           buffer[2, :p], buffer[3, :p], eps2)
-    # M2P: the accepted cells' moments, gathered
-    idx = accepted[:n_acc]
-    _m2p(tx[lo:hi], ty[lo:hi], tz[lo:hi], cx[idx], cy[idx], cz[idx], cm[idx], q[0][idx],
-         q[1][idx], q[2][idx], q[3][idx], q[4][idx], q[5][idx], eps2, part)
+    # M2P: the accepted cells' moments, gathered into contiguous rows (no allocation)
+    for t in range(n_acc):
+        c = accepted[t]
+        for r in range(10):
+            gathered[r, t] = moments[c, r]
+    g = gathered
+    _m2p(tx[lo:hi], ty[lo:hi], tz[lo:hi], g[1, :n_acc], g[2, :n_acc], g[3, :n_acc],
+         g[0, :n_acc], g[4, :n_acc], g[5, :n_acc], g[6, :n_acc], g[7, :n_acc], g[8, :n_acc],
+         g[9, :n_acc], eps2, part)
     return part, buffer
 
 
@@ -331,21 +338,24 @@ def walk_sorted(tx, ty, tz, tstart, tend, tleaf, x, y, z, m, start, end, skip, l
     n_groups = groups.shape[0]
     chunks = max(1, min(chunks, n_groups))
     inv_theta = 1.0 / theta
-    # the moments in the run's dtype, for the M2P kernel
-    cx, cy, cz = com[0].astype(dtype), com[1].astype(dtype), com[2].astype(dtype)
-    cm = mass.astype(dtype)
-    q = quad.astype(dtype)
+    # the moments in the run's dtype, for the M2P kernel: mass, centre, quadrupole
+    # (one cell's ten values side by side: one cache line to gather an accepted cell)
+    moments = np.empty((cells, 10), dtype=dtype)
+    moments[:, 0] = mass.astype(dtype)
+    moments[:, 1:4] = com.T.astype(dtype)
+    moments[:, 4:10] = quad.T.astype(dtype)
     for chunk in prange(chunks):
         accepted = np.empty(cells, dtype=np.int64)
         opened = np.empty(cells, dtype=np.int64)
         buffer = np.empty((4, 4096), dtype=dtype)
+        gathered = np.empty((10, cells), dtype=dtype)
         for g in range(chunk * n_groups // chunks, (chunk + 1) * n_groups // chunks):
             cell = groups[g]
             lo, hi = tstart[cell], tend[cell]
             part, buffer = _group_forces(tx, ty, tz, lo, hi, x, y, z, m, eps2, inv_theta,
-                                         start, end, skip, leaf, mass, com, bmax, cx, cy, cz,
-                                         cm, q, cell if same else -1, rows, accepted, opened,
-                                         buffer)
+                                         start, end, skip, leaf, mass, com, bmax, moments,
+                                         cell if same else -1, rows, accepted, opened, buffer,
+                                         gathered)
             out[:, lo:hi] = part
     return out
 
