@@ -704,8 +704,8 @@ def _describe_method(plan: Plan, asked: str | None) -> str:
     if plan.method == "direct":
         what = "forces by direct summation (exact)"
     else:
-        what = (f"forces by the tree, theta={plan.theta}, leaf_size={plan.leaf_size}, "
-                f"{plan.n_tiles} spatial tile(s)")
+        tiles = f"{plan.n_tiles} spatial tiles" if plan.n_tiles > 1 else "one tile"
+        what = f"forces by the tree, theta={plan.theta}, leaf_size={plan.leaf_size}, {tiles}"
     if asked == "auto":
         side = ">=" if plan.method == "tree" else "<"
         what += f" (method='auto': {plan.n} bodies {side} {TREE_CROSSOVER})"
