@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["kernel_rate", "kernel_sweep", "cuda_variants", "simulate_rate", "scaling",
-           "scaling_table", "reference_rate", "find_reference"]
+           "scaling_table", "reference_rate", "find_reference", "force_evaluation",
+           "pytreegrav_evaluation"]
 
 FLOP_PER_INTERACTION = 20
 
@@ -139,6 +140,60 @@ def simulate_rate(n: int, steps: int = 30, dtype: str = "float32", snapshot_ever
             "seconds_per_step": seconds, "seconds_per_step_min": min(per_step),
             "seconds_per_step_max": max(per_step), "gint_s": rate,
             "gflops": FLOP_PER_INTERACTION * rate}
+
+
+def _best_of(reps: int, call) -> tuple[float, Any]:
+    """The shortest of ``reps`` timings of ``call()``, and its last result."""
+    best, out = math.inf, None
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        out = call()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def force_evaluation(n: int, method: str = "tree", theta: float | None = None,
+                     dtype: str = "float32", client: Any = None, reps: int = 2,
+                     seed: int = 1) -> dict[str, Any]:
+    """One force evaluation of a Plummer sphere of ``n`` bodies (ε = 0) through
+    :func:`nbody_dask.accelerations` on ``client`` (the default local cluster if None): the
+    best of ``reps`` times after a warm-up, and the relative force errors against a float64
+    direct sum on 1,000 targets (:func:`nbody_dask.accuracy.force_errors`)."""
+    from . import accelerations, plummer
+    from .accuracy import force_errors
+    from .clusters import client_context
+
+    bodies = plummer(n, seed=seed)
+    with client_context(client) as c:
+        def evaluate():
+            return accelerations(bodies, method=method, theta=theta, dtype=dtype, client=c)
+
+        evaluate()  # compile, scatter once
+        seconds, acc = _best_of(reps, evaluate)
+    return {"kind": "evaluation", "n": n, "method": method, "theta": theta, "dtype": dtype,
+            "seconds": seconds, **force_errors(bodies, acc).as_dict()}
+
+
+def pytreegrav_evaluation(n: int, theta: float = 0.7, reps: int = 1,
+                          seed: int = 1) -> dict[str, Any] | None:
+    """:func:`force_evaluation`'s bodies through pytreegrav's ``Accel(method="tree",
+    parallel=True)`` (float64, its own default accuracy at ``theta=0.7``): time and errors.
+    None when pytreegrav is not installed (``pip install 'nbody-dask[bench]'``)."""
+    try:
+        from pytreegrav import Accel
+    except ImportError:
+        return None
+
+    from . import plummer
+    from .accuracy import force_errors
+
+    bodies = plummer(n, seed=seed)
+    position, mass = bodies.position.values, bodies.mass.values
+    Accel(position[:1000].copy(), mass[:1000], theta=theta, method="tree", parallel=True)
+    seconds, acc = _best_of(reps, lambda: Accel(position.copy(), mass, theta=theta,
+                                                method="tree", parallel=True))
+    return {"kind": "pytreegrav", "n": n, "theta": theta, "seconds": seconds,
+            **force_errors(bodies, acc).as_dict()}
 
 
 def find_reference(path: str | Path | None = None) -> Any | None:

@@ -8,6 +8,7 @@ Errors from bad options or input are one line on stderr and a non-zero exit code
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import tomllib
 from collections.abc import Iterator
@@ -459,11 +460,14 @@ def plot(store, storage_options, directory, kinds, snapshots, plane, view, style
 @click.option("--method", type=click.Choice(["direct", "tree", "auto"]), default="direct",
               show_default=True,
               help="Force method of the simulate() runs (the tree's rate is effective: N² "
-                   "over the time of a step).")
+                   "over the time of a step). With tree, also one force evaluation per N: "
+                   "time, force errors and the ratio to pytreegrav (when installed).")
+@click.option("--theta", type=float, default=None,
+              help="The tree's opening angle [default: nbody.theta, 0.4].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the results to this JSON file.")
 def bench(sizes, dtype, steps, reps, kernel_sweep, strong_n, weak_n, workers, reference,
-          backend, method, json_path) -> None:
+          backend, method, theta, json_path) -> None:
     """Measure kernels, simulate() and scaling, with ratios to the C reference."""
     import json
     import os
@@ -515,6 +519,15 @@ def bench(sizes, dtype, steps, reps, kernel_sweep, strong_n, weak_n, workers, re
                                   f"tile {run['tile_size']}, "
                                   f"{run['threads']} threads, "
                                   f"{run['seconds_per_step'] * 1e3:.0f}{spread} ms/step", run))
+            if method == "tree":
+                _bench_tree_evaluation(n, theta, dtype, results)
+        evaluations = [r for r in results if r.get("kind") == "evaluation"]
+        if len(evaluations) > 1:
+            small, large = evaluations[0], evaluations[-1]
+            growth = (large["seconds"] / large["n"]) / (small["seconds"] / small["n"])
+            log_growth = math.log(large["n"]) / math.log(small["n"])
+            click.echo(f"tree: cost per body x{growth:.2f} from N={small['n']} to "
+                       f"N={large['n']} (log N alone: x{log_growth:.2f})")
         for kind, n in (("strong", strong_n), ("weak", weak_n)):
             if n:
                 rows = benchmark.scaling(kind, n, counts, steps=steps, dtype=dtype)
@@ -540,6 +553,27 @@ def _worker_counts(spec: str | None, cores: int) -> tuple[int, ...]:
         raise click.BadParameter(f"worker counts must be >= 1, got {spec!r}",
                                  param_hint="--workers")
     return counts
+
+
+def _bench_tree_evaluation(n: int, theta: float | None, dtype: str, results: list) -> None:
+    """One tree evaluation at ``n`` and, when installed, pytreegrav's: echoed and kept."""
+    from . import benchmark, config
+
+    ours = benchmark.force_evaluation(n, theta=theta, dtype=dtype)
+    results.append(ours)
+    click.echo(f"one evaluation N={n}, tree theta={config.get('theta', theta)}: "
+               f"{ours['seconds']:.3f} s, force error median {ours['median']:.2e}, "
+               f"p99 {ours['p99']:.2e}, max {ours['max']:.2e}")
+    theirs = benchmark.pytreegrav_evaluation(n)
+    if theirs is None:
+        click.echo("  pytreegrav is not installed (pip install 'nbody-dask[bench]'): no ratio")
+        return
+    results.append(theirs)
+    ratio = ours["seconds"] / theirs["seconds"]
+    ours["ratio_to_pytreegrav"] = ratio
+    click.echo(f"  pytreegrav theta={theirs['theta']}: {theirs['seconds']:.3f} s, median "
+               f"{theirs['median']:.2e}, p99 {theirs['p99']:.2e}; ratio {ratio:.2f}x "
+               f"({'no worse' if ours['median'] <= theirs['median'] else 'worse'} median)")
 
 
 def _rate_line(label: str, result: dict) -> str:

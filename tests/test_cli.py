@@ -7,6 +7,7 @@ import xarray as xr
 from click.testing import CliRunner
 
 from nbody_dask.cli import main
+from nbody_dask.testing import direct_sum_reference
 
 
 @pytest.fixture
@@ -125,6 +126,50 @@ def test_bench_writes_json(runner, tmp_path, monkeypatch):
     assert strong[0]["speedup"] == 1 or math.isnan(strong[0]["speedup"])
     assert all(not r["seconds_per_step"] <= 0 for r in scaling)
     assert "| strong | 2 | 600 |" in result.output and "Gint/s" in result.output
+
+
+@pytest.mark.parametrize("pytreegrav", [True, False])
+def test_bench_tree_reports_an_evaluation_and_the_ratio_to_pytreegrav(runner, tmp_path,
+                                                                       monkeypatch,
+                                                                       pytreegrav):
+    """bench --method tree: a simulate() step, one evaluation with its force errors, and
+    pytreegrav's time and errors on the same bodies with the ratio (when installed)."""
+    import json
+
+    from nbody_dask import benchmark
+
+    monkeypatch.setattr(benchmark, "find_reference", lambda path=None: None)
+    import sys
+
+    if pytreegrav:  # a stand-in with pytreegrav's interface: a direct sum, slow on purpose
+        import time
+        import types
+
+        def accel(pos, m, theta, method, parallel):
+            time.sleep(0.2)
+            return direct_sum_reference(pos, m, 0.0)[0]
+
+        monkeypatch.setitem(sys.modules, "pytreegrav", types.SimpleNamespace(Accel=accel))
+    else:
+        monkeypatch.setitem(sys.modules, "pytreegrav", None)  # import fails: not installed
+    out = tmp_path / "bench.json"
+    result = runner.invoke(main, ["bench", "--n", "500", "--n", "900", "--steps", "20",
+                                  "--method", "tree", "--theta", "0.5", "--no-kernel-sweep",
+                                  "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(out.read_text())["results"]
+    ours = [r for r in rows if r["kind"] == "evaluation"]
+    assert [(r["n"], r["theta"]) for r in ours] == [(500, 0.5), (900, 0.5)]
+    assert all(0 < r["median"] <= r["p99"] <= r["max"] < 0.05 for r in ours)
+    assert "one evaluation N=900, tree theta=0.5" in result.output
+    assert "tree: cost per body x" in result.output
+    if pytreegrav:
+        theirs = [r for r in rows if r["kind"] == "pytreegrav"]
+        assert [r["n"] for r in theirs] == [500, 900] and theirs[0]["max"] < 1e-12
+        assert ours[1]["ratio_to_pytreegrav"] == ours[1]["seconds"] / theirs[1]["seconds"]
+        assert "ratio" in result.output and "(worse median)" in result.output
+    else:
+        assert "pytreegrav is not installed" in result.output
 
 
 def test_kernel_sweep_counts_both_directions_of_the_symmetric_kernel():
