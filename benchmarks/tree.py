@@ -23,18 +23,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
+from functools import partial
 
 import numpy as np
-
-
-def best_time(fn, *args, reps: int = 2, **kwargs) -> tuple[float, object]:
-    best, out = float("inf"), None
-    for _ in range(reps):
-        start = time.perf_counter()
-        out = fn(*args, **kwargs)
-        best = min(best, time.perf_counter() - start)
-    return best, out
 
 
 def main() -> None:
@@ -60,17 +51,13 @@ def main() -> None:
 
     import nbody_dask
     from nbody_dask.accuracy import force_errors
-    from nbody_dask.benchmark import find_reference, reference_rate, simulate_rate
+    from nbody_dask.benchmark import (best_of, find_reference, pytreegrav_evaluation,
+                                      reference_rate, simulate_rate)
     from nbody_dask.clusters import local
     from nbody_dask.kernels.tree import LEAF_SIZE, tree_accelerations
 
     leaf = args.leaf_size or LEAF_SIZE
     thetas = [float(t) for t in args.theta.split(",")]
-    try:
-        from pytreegrav import Accel
-    except ImportError:
-        Accel = None
-        print("pytreegrav is not installed (pip install 'nbody-dask[bench]'): no ratios")
     refbench = find_reference()
     rows = []
     cluster = local()
@@ -86,8 +73,9 @@ def main() -> None:
         kw = dict(method="tree", leaf_size=leaf, dtype="float32", client=client)
         nbody_dask.accelerations(bodies.isel(body=slice(0, 40_000)), theta=thetas[0], **kw)
         for theta in thetas:
-            seconds, acc = best_time(nbody_dask.accelerations, bodies, theta=theta, **kw)
-            kernel, _ = best_time(tree_accelerations, pos, mass, 0.0, theta, leaf)
+            seconds, acc = best_of(2, partial(nbody_dask.accelerations, bodies, theta=theta,
+                                              **kw))
+            kernel, _ = best_of(2, partial(tree_accelerations, pos, mass, 0.0, theta, leaf))
             err = force_errors(bodies, acc).as_dict()
             row["tree"].append({"theta": theta, "seconds": seconds, "kernel_seconds": kernel,
                                 **err})
@@ -102,17 +90,15 @@ def main() -> None:
                   f"{run['seconds_per_step']:.3f} s = "
                   f"{run['seconds_per_step'] / row['tree'][0]['seconds']:.2f}x one evaluation",
                   flush=True)
-        if Accel is not None:
-            Accel(pos64[:1000].copy(), mass64[:1000], theta=0.7, method="tree", parallel=True)
-            row["pytreegrav_sweep"] = []
-            for ptheta in (float(t) for t in args.pytreegrav_theta.split(",")):
-                seconds, acc = best_time(Accel, pos64.copy(), mass64, theta=ptheta,
-                                         method="tree", parallel=True, reps=1)
-                err = force_errors(bodies, acc).as_dict()
-                row["pytreegrav_sweep"].append({"theta": ptheta, "seconds": seconds, **err})
-                print(f"N={n:>8} pytreegrav {ptheta:<5} {seconds:8.3f} s  median "
-                      f"{err['median']:.2e}  p99 {err['p99']:.2e}  max {err['max']:.2e}",
-                      flush=True)
+        sweep = [pytreegrav_evaluation(n, theta=float(t), seed=1)
+                 for t in args.pytreegrav_theta.split(",")]
+        if None in sweep:
+            print("pytreegrav is not installed (pip install 'nbody-dask[bench]'): no ratios")
+        else:
+            row["pytreegrav_sweep"] = sweep
+            for p in sweep:
+                print(f"N={n:>8} pytreegrav {p['theta']:<5} {p['seconds']:8.3f} s  median "
+                      f"{p['median']:.2e}  p99 {p['p99']:.2e}  max {p['max']:.2e}", flush=True)
             row["pytreegrav"] = row["pytreegrav_sweep"][0]
             seconds = row["pytreegrav"]["seconds"]
             for entry in row["tree"]:

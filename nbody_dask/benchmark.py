@@ -21,7 +21,7 @@ import numpy as np
 
 __all__ = ["kernel_rate", "kernel_sweep", "cuda_variants", "simulate_rate", "scaling",
            "scaling_table", "reference_rate", "find_reference", "force_evaluation",
-           "pytreegrav_evaluation"]
+           "pytreegrav_evaluation", "best_of"]
 
 FLOP_PER_INTERACTION = 20
 
@@ -142,7 +142,7 @@ def simulate_rate(n: int, steps: int = 30, dtype: str = "float32", snapshot_ever
             "gflops": FLOP_PER_INTERACTION * rate}
 
 
-def _best_of(reps: int, call) -> tuple[float, Any]:
+def best_of(reps: int, call) -> tuple[float, Any]:
     """The shortest of ``reps`` timings of ``call()``, and its last result."""
     best, out = math.inf, None
     for _ in range(reps):
@@ -169,7 +169,7 @@ def force_evaluation(n: int, method: str = "tree", theta: float | None = None,
             return accelerations(bodies, method=method, theta=theta, dtype=dtype, client=c)
 
         evaluate()  # compile, scatter once
-        seconds, acc = _best_of(reps, evaluate)
+        seconds, acc = best_of(reps, evaluate)
     return {"kind": "evaluation", "n": n, "method": method, "theta": theta, "dtype": dtype,
             "seconds": seconds, **force_errors(bodies, acc).as_dict()}
 
@@ -190,7 +190,7 @@ def pytreegrav_evaluation(n: int, theta: float = 0.7, reps: int = 1,
     bodies = plummer(n, seed=seed)
     position, mass = bodies.position.values, bodies.mass.values
     Accel(position[:1000].copy(), mass[:1000], theta=theta, method="tree", parallel=True)
-    seconds, acc = _best_of(reps, lambda: Accel(position.copy(), mass, theta=theta,
+    seconds, acc = best_of(reps, lambda: Accel(position.copy(), mass, theta=theta,
                                                 method="tree", parallel=True))
     return {"kind": "pytreegrav", "n": n, "theta": theta, "seconds": seconds,
             **force_errors(bodies, acc).as_dict()}
