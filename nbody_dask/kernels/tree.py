@@ -83,6 +83,15 @@ def morton_keys(x, y, z, lo, size):
     return keys
 
 
+@njit(parallel=True, **_JIT)
+def _take(values, order):
+    """``values[order]``, in parallel (a gather of a whole tile)."""
+    out = np.empty(order.shape[0], dtype=values.dtype)
+    for i in prange(order.shape[0]):
+        out[i] = values[order[i]]
+    return out
+
+
 @njit(**_JIT)
 def build_tree(keys, leaf_size):
     """The octree of bodies sorted by Morton key.
@@ -421,13 +430,13 @@ def build(position: np.ndarray, mass: np.ndarray, leaf_size: int = LEAF_SIZE) ->
         size = size * (1 + 1e-9) if size > 0 else 1.0
     keys = morton_keys(position[0], position[1], position[2], lo, size)
     order = np.argsort(keys, kind="stable")
-    x, y, z = (np.ascontiguousarray(position[a, order]) for a in range(3))
-    m = np.ascontiguousarray(np.asarray(mass).astype(dtype)[order])
+    x, y, z = (_take(position[a], order) for a in range(3))
+    m = _take(np.ascontiguousarray(mass, dtype=dtype), order)
     if n == 0:
         start = end = skip = np.zeros(0, dtype=np.int64)
         leaf = np.zeros(0, dtype=np.bool_)
     else:
-        start, end, skip, leaf = build_tree(keys[order], leaf_size)
+        start, end, skip, leaf = build_tree(_take(keys, order), leaf_size)
     cmass, com, quad, bmax = cell_moments(x, y, z, m, start, end)
     return TileTree(order, x, y, z, m, start, end, skip, leaf, cmass, com, quad, bmax)
 
