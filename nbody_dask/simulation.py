@@ -607,7 +607,8 @@ def _progress(enabled: bool, steps: int):
                 if e0 != 0:
                     fields["energy"] = f"|dE/E| {abs(record['total_energy'] / e0 - 1):.2e}"
                 if "force_error" in record:
-                    fields["energy"] += f"  force error median {record['force_error'][0]:.1e}"
+                    fields["energy"] = (f"{fields.get('energy', '')}  force error median "
+                                        f"{record['force_error'][0]:.1e}")
             bar.update(task, completed=step, **fields)
 
         yield report

@@ -363,3 +363,13 @@ def test_snapshots_record_the_sampled_force_errors(client, tmp_path):
     assert result.exit_code == 0 and "(150 sampled bodies)" in result.output, result.output
     with pytest.raises(ValueError, match="force_error_sample must be >= 0, got -1"):
         _run(client, ds, force_error_sample=-1)
+
+
+def test_progress_shows_force_errors_also_when_the_energy_is_zero(client):
+    """A massless body beside one at rest: E0 = 0, so the bar has no energy error to show,
+    only the recorded force error (this once raised KeyError)."""
+    ds = nbody_dask.make_bodies(position=[[0.0, 0, 0], [1, 0, 0]],
+                                velocity=[[0.0, 0, 0], [0, 0, 0]], mass=[1.0, 0.0])
+    traj = nbody_dask.simulate(ds, steps=2, dt=0.01, progress=True, force_error_sample=2,
+                               method="direct", client=client)
+    assert float(traj.total_energy[0]) == 0 and float(traj.force_error.max()) < 1e-15
