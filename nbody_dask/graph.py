@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,7 @@ from .backends import tile_kernels
 from .bodies import Tile
 from .diagnostics import tile_diagnostics
 from .integrators import check_finite, close_step, open_step
-from .plan import Plan
+from .plan import Plan, reduction_groups
 from .location import StoreLocation
 from .spatial import (bounding_cube, cut_by_chunk, cut_by_splitters, key_sample, merge_by_id,
                       merge_parts, sample_stride, splitters, tile_extent)
@@ -141,6 +142,69 @@ def tree_pair_forces(target, source, softening: float, theta: float, with_potent
                      with_potential, same)
 
 
+def refit_tree(tree, tile: Tile):
+    """The tile's tree at its new positions, with the cells of ``tree`` (built at the last
+    re-tiling from the same bodies, :func:`~nbody_dask.kernels.tree.refit`)."""
+    from .kernels import tree as trees
+
+    return trees.refit(tree, tile.position, tile.mass)
+
+
+def tree_summary(tree):
+    """The tile tree's top cells and target groups (:class:`~nbody_dask.kernels.tree.
+    Summary`): what the other tiles need of it."""
+    from .kernels import tree as trees
+
+    return trees.summarize(tree)
+
+
+def tree_forest(*summaries):
+    """All tiles' summaries in one :class:`~nbody_dask.kernels.tree.Forest`, in tile
+    order."""
+    from .kernels import tree as trees
+
+    return trees.forest(*summaries)
+
+
+def near_now(forest, theta: float) -> list[list[int]]:
+    """Each target tile's near source tiles for the positions the forest was built from."""
+    from .kernels import tree as trees
+
+    return trees.near_sources(forest, theta)
+
+
+def tile_motion(tile: Tile) -> np.ndarray:
+    """The tile's largest speed and acceleration, float64."""
+    def largest(v: np.ndarray) -> float:
+        return float(np.sqrt((v.astype(np.float64) ** 2).sum(axis=0)).max(initial=0.0))
+
+    return np.array([largest(tile.velocity), largest(tile.acceleration)])
+
+
+def near_in_window(forest, theta: float, duration: float, *motions: np.ndarray
+                   ) -> list[list[int]]:
+    """Each target tile's near source tiles for the next ``duration`` of time: the forest's
+    test is grown by how far a body can move in it, from the tiles' ``motions``
+    (:func:`tile_motion`)."""
+    from .kernels import tree as trees
+
+    speed, acceleration = np.max(motions, axis=0)
+    return trees.near_sources(forest, theta,
+                              trees.displacement_bound(speed, acceleration, duration))
+
+
+def far_forces(target, forest, far: list[int], softening: float, theta: float,
+               with_potential: bool, threads: int | None) -> np.ndarray:
+    """Partial forces (G = 1) on tile tree ``target`` due to the tiles ``far``, from their
+    summaries in ``forest`` (:func:`~nbody_dask.kernels.tree.far_walk`)."""
+    from .kernels import rows, tree as trees
+
+    ftype = target.x.dtype.type
+    rows.set_threads(threads)
+    return trees.far_walk(target, forest, np.array(far, dtype=np.int64),
+                          ftype(softening) * ftype(softening), theta, with_potential)
+
+
 def sum_in_order(*parts: np.ndarray) -> np.ndarray:
     """Sum arrays left to right (a fixed order, hence a reproducible rounding)."""
     total = parts[0].copy()
@@ -193,8 +257,12 @@ def _forces(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence,
     """Add the force tasks of one evaluation on ``tiles`` (keys or futures at one time) and
     the closing tasks; return the keys of the closed tiles."""
     t = len(tiles)
-    if plan.method == "tree":
-        return _tree_forces(dsk, plan, token, step, tiles, with_potential, dt, threads)
+    if plan.method == "tree":  # one tile: a tree, its walk and the kick
+        trees = [key(token, "tree", step, i) for i in range(t)]
+        for tree, tile in zip(trees, tiles, strict=True):
+            dsk[tree] = (tile_tree, tile, plan.leaf_size)
+        return _tree_forces(dsk, plan, token, step, tiles, trees, None, None,
+                            with_potential, dt, threads)
     if plan.layout == "rows":
         groups, blocks = plan.groups(), []
         for b, (lo, hi) in enumerate(plan.source_blocks()):
@@ -234,20 +302,153 @@ def _close_rows(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence,
 
 
 def _tree_forces(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence,
+                 trees: Sequence, near: list[list[int]] | None, forest: Any,
                  with_potential: bool, dt: float | None, threads: int | None) -> list[str]:
-    """The tree method's force tasks: a tree per tile, a walk per tile pair, the closing
-    tasks. A walk uses one thread in the ``"pairs"`` layout with several tiles (the
-    worker's threads run many walks), the worker's cores otherwise."""
-    if plan.layout == "pairs" and len(tiles) > 1:
+    """The tree method's force tasks on ``tiles`` and their ``trees``: a walk per near tile
+    pair (every pair when ``near`` is None), one far task per target tile with far sources
+    (from ``forest``, added here when None), the closing tasks. A walk uses one thread in
+    the ``"pairs"`` layout with several tiles (the worker's threads run many walks), the
+    worker's cores otherwise. A target's partials are summed near sources first, in source
+    order, then the far task's."""
+    t = len(tiles)
+    if plan.layout == "pairs" and t > 1:
         threads = 1
-    trees = [key(token, "tree", step, i) for i in range(len(tiles))]
-    for name, tile in zip(trees, tiles, strict=True):
-        dsk[name] = (tile_tree, tile, plan.leaf_size)
-    for i, j in plan.pair_tasks():
-        dsk[key(token, "pair", step, i, j)] = (tree_pair_forces, trees[i], trees[j],
-                                               plan.softening, plan.theta, with_potential,
-                                               i == j, threads)
-    return _close_rows(dsk, plan, token, step, tiles, dt)
+    name = functools.partial(key, token)
+    near = near or [list(range(t))] * t
+    if forest is None and any(len(row) < t for row in near):
+        forest = _forest(dsk, plan, token, step, trees)
+    out, split = [], plan.split_every
+    for i in range(t):
+        parts = []
+        for j in near[i]:
+            parts.append((name("pair", step, i, j), None))
+            dsk[parts[-1][0]] = (tree_pair_forces, trees[i], trees[j], plan.softening,
+                                 plan.theta, with_potential, i == j, threads)
+        far = [j for j in range(t) if j not in set(near[i])]
+        if far:
+            parts.append((name("far", step, i), None))
+            dsk[parts[-1][0]] = (far_forces, trees[i], forest, far, plan.softening,
+                                 plan.theta, with_potential, threads)
+        parts = _combine(dsk, parts, reduction_groups(len(parts), split),
+                         lambda level, g, i=i: name(f"combine{level}", step, i, g))
+        out.append(name("kick", step, i))
+        dsk[out[-1]] = (close, step, tiles[i], plan.G, dt, [s for _, s in parts],
+                        *[p for p, _ in parts])
+    return out
+
+
+def _forest(dsk: Graph, plan: Plan, token: str, step: int, trees: Sequence) -> str:
+    """Add a summary task per tile tree and the forest of them; return the forest's key."""
+    name = functools.partial(key, token)
+    summaries = [name("summary", step, i) for i in range(len(trees))]
+    for summary, tree in zip(summaries, trees, strict=True):
+        dsk[summary] = (tree_summary, tree)
+    dsk[name("forest", step)] = (tree_forest, *summaries)
+    return name("forest", step)
+
+
+@dataclass(frozen=True)
+class TreeWindow:
+    """What the steps after a re-tiling of a spatial tree run need of it, until the next:
+    the tile trees built there (later steps keep their cells, :func:`refit_tree`) and each
+    target tile's near source tiles (None: every tile)."""
+
+    trees: list
+    near: list[list[int]] | None
+
+
+#: A piece of a graph built in parts: ``(graph, wanted, fetched)``: the driver submits
+#: ``graph``, and sends back the futures of ``wanted`` (keys, or futures passed through) and
+#: the values of its first ``fetched``.
+Piece = tuple[Graph, list, int]
+
+
+def _submit(dsk: Graph, wanted: list, fetched: int):
+    """Yield a :data:`Piece`; return the driver's ``(futures, values)``."""
+    return (yield dsk, wanted, fetched)
+
+
+def _tree_step(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence,
+               window: TreeWindow | None, with_potential: bool, dt: float | None,
+               threads: int | None):
+    """Add a spatial tree evaluation at ``step`` to ``dsk`` (re-tiling first at a re-tiling
+    step or without a ``window``), yielding pieces where the near/far classification must
+    be fetched; return the graph left to submit, the closed tiles and the window."""
+    t, name = len(tiles), functools.partial(key, token)
+    if window is not None and step not in plan.retile_steps():
+        trees = [name("tree", step, i) for i in range(t)]
+        for i in range(t):
+            dsk[trees[i]] = (refit_tree, window.trees[i], tiles[i])
+        return dsk, _tree_forces(dsk, plan, token, step, tiles, trees, window.near, None,
+                                 with_potential, dt, threads), window
+    tiles = retile(dsk, plan, token, step, tiles)
+    trees = [name("tree", step, i) for i in range(t)]
+    for tree, tile in zip(trees, tiles, strict=True):
+        dsk[tree] = (tile_tree, tile, plan.leaf_size)
+    if not plan.near_far:
+        return dsk, _tree_forces(dsk, plan, token, step, tiles, trees, None, None,
+                                 with_potential, dt, threads), TreeWindow(trees, None)
+    # near/far for the positions of this step: fetched before its forces are submitted
+    forest = _forest(dsk, plan, token, step, trees)
+    dsk[name("near", step)] = (near_now, forest, plan.theta)
+    refs, (near,) = yield from _submit(dsk, [name("near", step), *tiles, *trees, forest], 1)
+    tiles, trees, forest, dsk = refs[1:t + 1], refs[t + 1:2 * t + 1], refs[-1], {}
+    closed = _tree_forces(dsk, plan, token, step, tiles, trees, near, forest, with_potential,
+                          dt, threads)
+    last = plan.window_end(step)
+    if last == step or all(len(row) == t for row in near):
+        return dsk, closed, TreeWindow(trees, near)  # (a longer window only adds near pairs)
+    # near/far until the next re-tiling, from how far the bodies can move from here
+    motions = [name("motion", step, i) for i in range(t)]
+    for motion, tile in zip(motions, closed, strict=True):
+        dsk[motion] = (tile_motion, tile)
+    dsk[name("nearwindow", step)] = (near_in_window, forest, plan.theta,
+                                     (last - step) * plan.dt, *motions)
+    refs, (near,) = yield from _submit(dsk, [name("nearwindow", step), *closed, *trees], 1)
+    return {}, refs[1:t + 1], TreeWindow(refs[t + 1:], near)
+
+
+def _finish(dsk: Graph, tiles: list, window: TreeWindow | None):
+    """Submit what is left of ``dsk`` (if anything); return the tiles' and the window's
+    futures."""
+    if not dsk:
+        return tiles, window
+    trees = [] if window is None else window.trees
+    refs, _ = yield from _submit(dsk, [*tiles, *trees], 0)
+    t = len(tiles)
+    return refs[:t], window and TreeWindow(refs[t:], window.near)
+
+
+def initial_pieces(plan: Plan, token: str, tiles: Sequence, with_potential: bool = True,
+                   threads: int | None = None):
+    """Generator of the :data:`Piece` s that attach forces (and potentials) to the initial
+    ``tiles`` (step 0 or a resumed snapshot's step, no kick); returns the futures of the
+    closed tiles and the :class:`TreeWindow` (None unless the plan has spatial tiles)."""
+    if not plan.spatial:
+        dsk, keys = initial_graph(plan, token, tiles, with_potential, threads)
+        return (yield from _finish(dsk, keys, None))
+    dsk, tiles, window = yield from _tree_step({}, plan, token, 0, tiles, None,
+                                               with_potential, None, threads)
+    return (yield from _finish(dsk, tiles, window))
+
+
+def steps_pieces(plan: Plan, token: str, tiles: Sequence, window: TreeWindow | None,
+                 first: int, last: int, potential_steps: frozenset,
+                 threads: int | None = None):
+    """Generator of the :data:`Piece` s of steps ``first..last`` from ``tiles`` (futures of
+    the state after step ``first - 1``) and the window that state was computed in; returns
+    the futures of the tiles after step ``last`` and the new window."""
+    if not plan.spatial:
+        dsk, keys = steps_graph(plan, token, tiles, first, last, potential_steps, threads)
+        return (yield from _finish(dsk, keys, None))
+    dsk: Graph = {}
+    for step in range(first, last + 1):
+        drifted = [key(token, "drift", step, i) for i in range(len(tiles))]
+        for name, tile in zip(drifted, tiles, strict=True):
+            dsk[name] = (open_step, tile, plan.dt)
+        dsk, tiles, window = yield from _tree_step(dsk, plan, token, step, drifted, window,
+                                                   step in potential_steps, plan.dt, threads)
+    return (yield from _finish(dsk, tiles, window))
 
 
 def retile(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence) -> list[str]:
@@ -319,12 +520,17 @@ def _combine(dsk: Graph, parts: list[tuple[str, int | None]], groups: list,
     return parts
 
 
+def _check_whole(plan: Plan) -> None:
+    if plan.spatial:
+        raise ValueError("a plan with spatial tiles is built in pieces: see initial_pieces "
+                         "and steps_pieces")
+
+
 def initial_graph(plan: Plan, token: str, tiles: Sequence, with_potential: bool = True,
                   threads: int | None = None) -> tuple[Graph, list[str]]:
     """Attach forces (and potentials) to the initial ``tiles``: step 0, no kick."""
+    _check_whole(plan)
     dsk: Graph = {}
-    if plan.spatial:
-        tiles = retile(dsk, plan, token, 0, tiles)
     return dsk, _forces(dsk, plan, token, 0, tiles, with_potential, None, threads)
 
 
@@ -336,14 +542,12 @@ def steps_graph(plan: Plan, token: str, tiles: Sequence, first: int, last: int,
     Returns the graph and the keys of the tiles after step ``last``; potentials are computed
     on ``potential_steps`` (snapshot steps).
     """
+    _check_whole(plan)
     dsk: Graph = {}
-    retiles = plan.retile_steps()
     for step in range(first, last + 1):
         drifted = [key(token, "drift", step, i) for i in range(len(tiles))]
         for name, tile in zip(drifted, tiles, strict=True):
             dsk[name] = (open_step, tile, plan.dt)
-        if step in retiles:
-            drifted = retile(dsk, plan, token, step, drifted)
         tiles = _forces(dsk, plan, token, step, drifted, step in potential_steps, plan.dt,
                         threads)
     return dsk, list(tiles)

@@ -19,7 +19,7 @@ import uuid
 import warnings
 from asyncio import CancelledError
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -38,8 +38,8 @@ from .backends import check_backend, cluster_backend
 from .bodies import as_bodies, check_fits_dtype, resolve_dtype, split_tiles
 from .clusters import client_context, dashboard_link, total_threads
 from .diagnostics import as_record
-from .graph import (body_order, fused_steps, initial_graph, key, snapshot_graph,
-                    steps_graph)
+from .graph import (TreeWindow, body_order, fused_steps, initial_pieces, key, snapshot_graph,
+                    steps_pieces)
 from .integrators import INTEGRATOR
 from .lease import StoreInUseError, WriterLease, refuse_if_in_use
 from .location import LocalLocation, StoreLocation, store_location
@@ -86,6 +86,7 @@ def _plan(n, steps, dt, softening, G, snapshot_every, dtype, tile_size, split_ev
         theta=theta,
         leaf_size=check_int("leaf_size", config.get("leaf-size", leaf_size), 1),
         retile_every=check_int("nbody.retile-every", config.get("retile-every"), 1),
+        near_far_tiles=check_int("nbody.near-far-tiles", config.get("near-far-tiles"), 1),
         force_error_sample=check_int("force_error_sample", force_error_sample or 0, 0),
     )
 
@@ -442,6 +443,7 @@ class _Driver:
         self.pending: deque[tuple[int, int | None, Any]] = deque()
         self.committer: SnapshotCommitter | None = None
         self.token = ""
+        self.window: TreeWindow | None = None
 
     def run_with_restarts(self, bodies: xr.Dataset | None) -> None:
         """Run to the end; after lost workers, restart from the last committed snapshot."""
@@ -497,8 +499,9 @@ class _Driver:
         self.token = _run_token(bodies, plan, str(self.path), index)
         tiles = c.scatter(split_tiles(bodies, plan.tile_size, resolve_dtype(plan.dtype)),
                           hash=False)
-        dsk, keys = initial_graph(plan, self.token, tiles, threads=self.threads)
-        state, step = c.get(dsk, keys, sync=False), self.snapshot_steps[index]
+        state, self.window = submit_pieces(c, initial_pieces(plan, self.token, tiles,
+                                                              threads=self.threads))
+        step = self.snapshot_steps[index]
         if self.committer.committed:
             self.on_complete(step, None)
         else:
@@ -511,11 +514,10 @@ class _Driver:
         if plan.fused:
             dsk = {key(self.token, "fused", end, 0): (fused_steps, state[0], plan, self.token,
                                                       step + 1, end, potential, self.threads)}
-            keys = list(dsk)
+            state = self.client.get(dsk, list(dsk), sync=False)
         else:
-            dsk, keys = steps_graph(plan, self.token, state, step + 1, end, potential,
-                                    self.threads)
-        state = self.client.get(dsk, keys, sync=False)
+            state, self.window = submit_pieces(self.client, steps_pieces(
+                plan, self.token, state, self.window, step + 1, end, potential, self.threads))
         if end in self.snapshots:
             self.submit_snapshot(state, end)
         else:
@@ -541,6 +543,22 @@ class _Driver:
             record = as_record(futures.result())
             self.committer.add(index, record)
         self.on_complete(step, record)
+
+
+def submit_pieces(client: Client, pieces: Generator) -> Any:
+    """Submit a graph built in pieces (:data:`nbody_dask.graph.Piece`): each piece as it
+    comes, sending back the futures it wants and the values it fetches; return the
+    generator's result."""
+    reply = None
+    while True:
+        try:
+            dsk, wanted, fetched = pieces.send(reply)
+        except StopIteration as done:
+            return done.value
+        keys = [w for w in wanted if isinstance(w, str)]
+        futures = dict(zip(keys, client.get(dsk, keys, sync=False), strict=True))
+        refs = [futures[w] if isinstance(w, str) else w for w in wanted]
+        reply = refs, client.gather(refs[:fetched])
 
 
 class _StopRequest(threading.Event):
@@ -706,6 +724,8 @@ def _describe_method(plan: Plan, asked: str | None) -> str:
         what = "forces by direct summation (exact)"
     else:
         tiles = f"{plan.n_tiles} spatial tiles" if plan.n_tiles > 1 else "one tile"
+        if plan.near_far:
+            tiles += " (far tile pairs from tree summaries)"
         what = f"forces by the tree, theta={plan.theta}, leaf_size={plan.leaf_size}, {tiles}"
     if asked == "auto":
         side = ">=" if plan.method == "tree" else "<"
@@ -752,12 +772,14 @@ def _one_shot(bodies, softening, G, dtype, tile_size, backend, layout, method, t
         threads = config.get("kernel-threads")
         tiles = c.scatter(split_tiles(ds, plan.tile_size, resolve_dtype(plan.dtype)),
                           hash=False)
-        dsk, keys = initial_graph(plan, token, tiles, with_potential, threads)
+        state, _ = submit_pieces(c, initial_pieces(plan, token, tiles, with_potential,
+                                                   threads))
+        dsk: dict = {}
         if with_potential:
-            more, total = snapshot_graph(plan, token, keys, 0, None, 0)
-            return c.get({**dsk, **more}, total)
-        keys = body_order(dsk, plan, token, 0, keys)
-        return c.get(dsk, keys)
+            dsk, total = snapshot_graph(plan, token, state, 0, None, 0)
+            return c.get(dsk, total)
+        keys = body_order(dsk, plan, token, 0, state)
+        return c.get(dsk, keys) if dsk else c.gather(keys)
 
 
 def accelerations(
