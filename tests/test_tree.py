@@ -8,6 +8,7 @@ import pytest
 
 import nbody_dask
 from nbody_dask.accuracy import direct_reference, force_errors
+from nbody_dask.kernels import tree
 from nbody_dask.kernels.tree import THETA, build_tree, morton_keys, tree_accelerations
 from nbody_dask.testing import direct_sum_reference
 
@@ -159,3 +160,107 @@ def test_a_deep_chain_of_one_child_cells_grows_the_tree():
     acc = tree_accelerations(pos, np.ones(n), softening=0.01, theta=1e-9, leaf_size=leaf_size)
     ref = _direct(pos.T, np.ones(n), 0.01)
     np.testing.assert_allclose(acc.T, ref, rtol=1e-9, atol=1e-9 * np.abs(ref).max())
+
+
+# -- near and far tiles -----------------------------------------------------------------------
+
+def _two_clumps(n, dtype, separation=16.0, seed=0):
+    """Two Plummer spheres ``separation`` apart, in ``dtype``: (3, n) positions, masses."""
+    a, b = nbody_dask.plummer(n // 2, seed=seed), nbody_dask.plummer(n - n // 2, seed=seed + 1)
+    shift = np.array([separation / 2, 0.0, 0.0])
+    position = np.concatenate([a.position.values - shift, b.position.values + shift])
+    mass = np.concatenate([a.mass.values, b.mass.values]) / 2
+    return position.T.astype(dtype).copy(), mass.astype(dtype)
+
+
+def _curve_tiles(position, n_tiles):
+    """Body indices of ``n_tiles`` runs along the Morton curve (as spatial tiles are)."""
+    lo = position.min(axis=1).astype(np.float64)
+    size = float((position.max(axis=1) - position.min(axis=1)).max()) * 1.000001
+    keys = morton_keys(position[0], position[1], position[2], lo, size)
+    return np.array_split(np.argsort(keys, kind="stable"), n_tiles)
+
+
+def _tile_trees(position, mass, tiles):
+    return [tree.build(position[:, t], mass[t]) for t in tiles]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_far_tiles_from_summaries_equal_walks_of_their_whole_trees(dtype):
+    """A target's far tiles evaluated from their summaries give the sum of the walks of
+    their whole trees: the same cells are accepted, only the order of the sum differs."""
+    position, mass = _two_clumps(4000, dtype)
+    trees = _tile_trees(position, mass, _curve_tiles(position, 8))
+    forest = tree.forest(*map(tree.summarize, trees))
+    near = tree.near_sources(forest, THETA)
+    assert all(i in row for i, row in enumerate(near))
+    far_pairs = 0
+    eps2 = dtype(0.01) ** 2
+    for i, target in enumerate(trees):
+        far = [j for j in range(8) if j not in near[i]]
+        far_pairs += len(far)
+        got = tree.far_walk(target, forest, np.array(far, dtype=np.int64), eps2, THETA,
+                            with_potential=True)
+        want = sum(tree.walk(target, trees[j], eps2, THETA, with_potential=True)
+                   for j in far) if far else np.zeros_like(got)
+        tol = 1e-12 if dtype == np.float64 else 2e-6
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol * np.abs(want).max())
+    assert far_pairs >= 16  # the clumps' tiles are far from each other
+
+
+def test_summaries_hold_every_body_once():
+    position, mass = _two_clumps(3001, np.float64)
+    target = tree.build(position, mass, 16)
+    summary = tree.summarize(target, 100)
+    ends = np.flatnonzero(summary.leaf)
+    assert summary.mass[ends].sum() == pytest.approx(mass.sum(), rel=1e-12)
+    assert summary.skip[0] == summary.mass.shape[0]  # the root's subtree is the summary
+    assert summary.groups.shape == (4, int(target.leaf.sum()))
+    assert summary.mass.shape[0] < target.mass.shape[0]
+
+
+def test_refit_keeps_the_cells_and_follows_the_bodies():
+    """A refitted tree has the old cells (each holds the same bodies) and the moments of the
+    new positions; its walks stay accurate after the bodies moved."""
+    position, mass = _two_clumps(4000, np.float64)
+    built = tree.build(position, mass)
+    again = tree.refit(built, position, mass)
+    for name in ("mass", "com", "quad", "bmax", "x"):
+        np.testing.assert_array_equal(getattr(again, name), getattr(built, name))
+    moved = position + np.random.default_rng(1).normal(0, 0.05, position.shape)
+    refit = tree.refit(built, moved, mass)
+    assert refit.start is built.start and refit.skip is built.skip
+    acc = tree.walk(refit, refit, 0.0, THETA, same=True)
+    errors = force_errors({"position": moved.T, "velocity": 0 * moved.T, "mass": mass}, acc.T,
+                          sample=400)
+    assert errors.median <= 3e-4 and errors.p99 <= 3e-3, errors
+
+
+def test_the_motion_margin_keeps_far_tiles_far():
+    """Classified with a displacement d, far tiles stay far while every body moves by up to
+    d (cells refitted): the far walk never needs a body. Classified for bodies at rest,
+    larger moves make it fail loudly instead of answering wrongly."""
+    position, mass = _two_clumps(4000, np.float64, separation=12.0)
+    tiles = _curve_tiles(position, 8)
+    trees = _tile_trees(position, mass, tiles)
+    forest = tree.forest(*map(tree.summarize, trees))
+    d = 0.2
+    rng = np.random.default_rng(3)
+    step = rng.normal(size=position.shape)
+    moved = position + d * step / np.linalg.norm(step, axis=0)  # every body moves by d
+    refits = [tree.refit(t, moved[:, idx], mass[idx])
+              for t, idx in zip(trees, tiles, strict=True)]
+    after = tree.forest(*map(tree.summarize, refits))
+    for nears, must_hold in ((tree.near_sources(forest, THETA, d), True),
+                             (tree.near_sources(forest, THETA), False)):
+        failures = 0
+        for i, target in enumerate(refits):
+            far = np.array([j for j in range(8) if j not in nears[i]], dtype=np.int64)
+            try:
+                tree.far_walk(target, after, far, 0.0, THETA)
+            except tree.FarFieldError as exc:
+                assert "retile-every" in str(exc)
+                failures += 1
+        assert (failures == 0) == must_hold
+    wider = tree.near_sources(forest, THETA, d)
+    assert sum(map(len, wider)) < 64  # some tiles are still far with the margin

@@ -284,6 +284,20 @@ def test_plan_re_tiles_at_snapshots_and_every_interval():
     assert plan.spatial and plan.retile_steps() == {0, 7, 10, 14, 20, 21, 25}
     assert not Plan(n=1000, steps=25, dt=0.1, tile_size=1000, method="tree").spatial
     assert Plan(n=1000, steps=25, dt=0.1, tile_size=250).retile_steps() == frozenset()
+    assert [plan.window_end(s) for s in (0, 6, 7, 20, 21, 25)] == [6, 6, 9, 20, 24, 25]
+    assert not plan.near_far and plan.n_tiles < plan.near_far_tiles == 32
+    assert Plan(n=1000, steps=25, dt=0.1, tile_size=250, method="tree",
+                near_far_tiles=4).near_far
+
+
+def test_spatial_plans_are_built_in_pieces():
+    from nbody_dask.graph import initial_graph, steps_graph
+
+    plan = Plan(n=1000, steps=25, dt=0.1, tile_size=250, method="tree")
+    with pytest.raises(ValueError, match="initial_pieces"):
+        initial_graph(plan, "tok", ["a"] * 4)
+    with pytest.raises(ValueError, match="steps_pieces"):
+        steps_graph(plan, "tok", ["a"] * 4, 1, 2, frozenset())
 
 
 def test_cli_runs_the_tree_and_reports_its_accuracy(tmp_path):
@@ -373,3 +387,104 @@ def test_progress_shows_force_errors_also_when_the_energy_is_zero(client):
     traj = nbody_dask.simulate(ds, steps=2, dt=0.01, progress=True, force_error_sample=2,
                                method="direct", client=client)
     assert float(traj.total_energy[0]) == 0 and float(traj.force_error.max()) < 1e-15
+
+
+# -- near and far tile pairs ------------------------------------------------------------------
+
+NEAR_FAR = {"nbody.near-far-tiles": 2}  # classify even 8 tiles (default: from 32)
+
+
+def _clumps(n=1600, seed=2, fast=1.0):
+    """Two Plummer spheres 16 apart (a merger's start): their tiles are far from each
+    other's. ``fast`` scales the velocities."""
+    ds = nbody_dask.merger(n, seed=seed, separation=16.0)
+    return ds.assign(velocity=ds.velocity * fast)
+
+
+def _counting_far_walks(monkeypatch):
+    """Count the far walks (the kernel is looked up when a far task runs, in this process:
+    the cluster's workers are threads)."""
+    from nbody_dask.kernels import tree
+
+    calls = []
+    original = tree.far_walk
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(tree, "far_walk", counted)
+    return calls
+
+
+def test_near_far_equals_walking_every_pair(client, monkeypatch):
+    """8 spatial tiles re-cut 3 times, far pairs from tree summaries: the trajectory of
+    walking every pair, to round-off (the same cells are accepted, summed in another
+    order)."""
+    import dask
+
+    far_tasks = _counting_far_walks(monkeypatch)
+    with dask.config.set(NEAR_FAR):
+        near_far = _run(client, _clumps(), dtype="float64").load()
+    assert far_tasks  # the far pairs were evaluated from summaries, after every re-tiling
+    every = _run(client, _clumps(), dtype="float64").load()  # 8 < 32 tiles: every pair
+    for name in ("position", "velocity", "potential_energy"):
+        np.testing.assert_allclose(near_far[name], every[name], rtol=1e-12, atol=1e-13)
+
+
+def _near_far_final(n_workers, processes, path):
+    import dask
+
+    where = {"host": "127.0.0.1"} if processes else {}
+    with dask.config.set(NEAR_FAR), \
+            LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=processes,
+                         dashboard_address="127.0.0.1:0", **where) as cluster, \
+            Client(cluster) as c:
+        return _run(c, _clumps(), store=path, dtype="float32").load()
+
+
+def test_near_far_bit_identical_across_workers_and_after_a_crash(tmp_path):
+    """Near/far classifications fetched by the driver repeat exactly: one worker, two
+    worker processes, and a run crashed after its second snapshot then resumed."""
+    import dask
+
+    one = _near_far_final(1, False, tmp_path / "one.zarr")
+    two = _near_far_final(2, True, tmp_path / "two.zarr")
+    store = tmp_path / "crashed.zarr"
+
+    def crash(step, record):
+        if step >= 5:
+            raise _Crash
+
+    with dask.config.set(NEAR_FAR), LocalCluster(n_workers=1, threads_per_worker=2,
+                                                 processes=False) as cluster, \
+            Client(cluster) as c:
+        with pytest.raises(_Crash):
+            _run(c, _clumps(), store=store, dtype="float32", callback=crash)
+        resumed = nbody_dask.simulate(store=store, resume=True, client=c,
+                                      progress=False).load()
+    for other in (two, resumed):
+        for name in ("position", "velocity", "total_energy", "momentum"):
+            np.testing.assert_array_equal(one[name].values, other[name].values, name)
+
+
+def test_far_tiles_that_bodies_outrun_fail_loudly(client, monkeypatch):
+    """Fast bodies: the window's classification grows with their motion and the run is
+    right; classified as if the bodies were at rest, a far walk would need bodies it does
+    not have, and the run stops with an error that says what to do."""
+    import dask
+
+    from nbody_dask import graph
+    from nbody_dask.kernels.tree import FarFieldError
+
+    fast = _clumps(fast=40.0)
+    with dask.config.set(NEAR_FAR):
+        ok = _run(client, fast, steps=8, snapshot_every=8, dtype="float64").load()
+        every = _run(client, fast, steps=8, snapshot_every=8, dtype="float64",
+                     method="tree", tile_size=1600).load()
+        assert float(np.abs(ok.position - every.position).max()) < 1e-3
+        monkeypatch.setattr(graph, "near_in_window",
+                            lambda forest, theta, duration, *motions:
+                            graph.near_now(forest, theta))
+        with pytest.raises(FarFieldError, match="retile-every"):
+            _run(client, fast, steps=8, snapshot_every=8, dtype="float64")
