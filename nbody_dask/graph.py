@@ -10,14 +10,29 @@ A step (``"pairs"`` layout) is ``T`` drift tasks, the plan's tile-pair tasks, th
 tasks of the plan's reduction tree and ``T`` kick tasks. With ``"rows"`` it is ``T`` drift
 tasks, about ``sqrt(T)`` tasks that gather blocks of drifted positions, and ``T`` row tasks,
 each of which runs its row of tile pairs with the parallel kernel and sums them with the
-same groups. With the tree method (``plan.method == "tree"``) a step is ``T`` drift tasks,
-``T`` tree tasks (each tile's octree and moments), ``T**2`` tile-pair walks, the combine
-tasks and ``T`` kick tasks, in either layout; at the plan's re-tiling steps the drifted tiles
-are first re-cut along the Morton curve (:func:`retile`), and snapshots route the spatial
-tiles back to body order before writing. Partials of a target tile are always summed in
-source order within
-fixed groups, so the result does not depend on the number of workers, the scheduling order,
+same groups. Partials of a target tile are always summed in source order within fixed
+groups, so the result does not depend on the number of workers, the scheduling order,
 retries, or the layout: runs are bit-reproducible.
+
+With the tree method (``plan.method == "tree"``) on one tile, a step is a tree task, its walk
+and the kick. On spatial tiles (:attr:`~nbody_dask.plan.Plan.spatial`) a step is ``T`` drift
+tasks, ``T`` tree tasks, the tile-pair walks, the combine tasks and ``T`` kick tasks. At the
+plan's re-tiling steps the drifted tiles are first re-cut along the Morton curve
+(:func:`retile`) and their trees built; until the next re-tiling (a *window*) the trees keep
+those cells and only follow the bodies (:func:`refit_tree`). Snapshots route the spatial
+tiles back to body order before writing.
+
+From ``plan.near_far_tiles`` tiles on (:attr:`~nbody_dask.plan.Plan.near_far`), only near
+tile pairs are walked: each tile's tree is summarised (its top cells and its target groups),
+the summaries form one forest, and one far task per target tile evaluates all its far tiles
+from the forest. Which pairs are near depends on where the bodies are, so such a run's graph
+is built in pieces (:func:`initial_pieces`, :func:`steps_pieces`, each a generator of
+:data:`Piece`): at a re-tiling the driver fetches the classification for the bodies as they
+are (the forces of that step use it), then, from the bodies' largest speed and acceleration
+after that step, the classification for the rest of the window, with the opening test
+grown by how far a body can move in it. Both depend only on the state at the re-tiling, so
+a resumed run (which starts at a snapshot, a re-tiling step) classifies as the uninterrupted
+run did. A target's partials are its near sources' walks in source order, then its far task.
 
 :func:`execute` runs a graph in place, in its insertion order: a one-tile system runs many
 steps as one task that way (:func:`fused_steps`), with exactly the operations of the tasks.
@@ -45,10 +60,11 @@ from .spatial import (bounding_cube, cut_by_chunk, cut_by_splitters, key_sample,
                       merge_parts, sample_stride, splitters, tile_extent)
 from .storage import write_tile
 
-__all__ = ["Graph", "key", "pair_forces", "symmetric_pair_forces", "self_forces",
-           "gather_sources", "row_forces", "tile_tree", "tree_pair_forces", "retile",
-           "body_order",
-           "sum_in_order", "sum_sides", "initial_graph", "steps_graph", "snapshot_graph",
+__all__ = ["Graph", "Piece", "TreeWindow", "key", "pair_forces", "symmetric_pair_forces",
+           "self_forces", "gather_sources", "row_forces", "tile_tree", "tree_pair_forces",
+           "refit_tree", "tree_summary", "tree_forest", "near_now", "tile_motion",
+           "near_in_window", "far_forces", "retile", "body_order", "sum_in_order", "sum_sides",
+           "initial_graph", "steps_graph", "initial_pieces", "steps_pieces", "snapshot_graph",
            "fused_steps", "execute"]
 
 Graph = dict[str, tuple]
@@ -193,16 +209,20 @@ def near_in_window(forest, theta: float, duration: float, *motions: np.ndarray
                               trees.displacement_bound(speed, acceleration, duration))
 
 
-def far_forces(target, forest, far: list[int], softening: float, theta: float,
+def far_forces(step: int, target, forest, far: list[int], softening: float, theta: float,
                with_potential: bool, threads: int | None) -> np.ndarray:
     """Partial forces (G = 1) on tile tree ``target`` due to the tiles ``far``, from their
-    summaries in ``forest`` (:func:`~nbody_dask.kernels.tree.far_walk`)."""
+    summaries in ``forest`` (:func:`~nbody_dask.kernels.tree.far_walk`); its
+    :class:`~nbody_dask.kernels.tree.FarFieldError` names ``step``."""
     from .kernels import rows, tree as trees
 
     ftype = target.x.dtype.type
     rows.set_threads(threads)
-    return trees.far_walk(target, forest, np.array(far, dtype=np.int64),
-                          ftype(softening) * ftype(softening), theta, with_potential)
+    try:
+        return trees.far_walk(target, forest, np.array(far, dtype=np.int64),
+                              ftype(softening) * ftype(softening), theta, with_potential)
+    except trees.FarFieldError as exc:
+        raise trees.FarFieldError(f"step {step}: {exc}", step) from None
 
 
 def sum_in_order(*parts: np.ndarray) -> np.ndarray:
@@ -327,7 +347,7 @@ def _tree_forces(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence,
         far = [j for j in range(t) if j not in set(near[i])]
         if far:
             parts.append((name("far", step, i), None))
-            dsk[parts[-1][0]] = (far_forces, trees[i], forest, far, plan.softening,
+            dsk[parts[-1][0]] = (far_forces, step, trees[i], forest, far, plan.softening,
                                  plan.theta, with_potential, threads)
         parts = _combine(dsk, parts, reduction_groups(len(parts), split),
                          lambda level, g, i=i: name(f"combine{level}", step, i, g))
@@ -370,10 +390,11 @@ def _submit(dsk: Graph, wanted: list, fetched: int):
 
 def _tree_step(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence,
                window: TreeWindow | None, with_potential: bool, dt: float | None,
-               threads: int | None):
+               threads: int | None, walk_all: frozenset):
     """Add a spatial tree evaluation at ``step`` to ``dsk`` (re-tiling first at a re-tiling
     step or without a ``window``), yielding pieces where the near/far classification must
-    be fetched; return the graph left to submit, the closed tiles and the window."""
+    be fetched; return the graph left to submit, the closed tiles and the window. Windows
+    that start at a step of ``walk_all`` walk every pair after their first step."""
     t, name = len(tiles), functools.partial(key, token)
     if window is not None and step not in plan.retile_steps():
         trees = [name("tree", step, i) for i in range(t)]
@@ -396,6 +417,8 @@ def _tree_step(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence,
     closed = _tree_forces(dsk, plan, token, step, tiles, trees, near, forest, with_potential,
                           dt, threads)
     last = plan.window_end(step)
+    if step in walk_all:  # bodies outran this window's margin once: walk every pair
+        return dsk, closed, TreeWindow(trees, None)
     if last == step or all(len(row) == t for row in near):
         return dsk, closed, TreeWindow(trees, near)  # (a longer window only adds near pairs)
     # near/far until the next re-tiling, from how far the bodies can move from here
@@ -420,24 +443,28 @@ def _finish(dsk: Graph, tiles: list, window: TreeWindow | None):
 
 
 def initial_pieces(plan: Plan, token: str, tiles: Sequence, with_potential: bool = True,
-                   threads: int | None = None):
+                   threads: int | None = None, step: int = 0,
+                   walk_all: frozenset = frozenset()):
     """Generator of the :data:`Piece` s that attach forces (and potentials) to the initial
-    ``tiles`` (step 0 or a resumed snapshot's step, no kick); returns the futures of the
-    closed tiles and the :class:`TreeWindow` (None unless the plan has spatial tiles)."""
+    ``tiles`` (at ``step``: 0, or a resumed snapshot's step; no kick); returns the futures
+    of the closed tiles and the :class:`TreeWindow` (None unless the plan has spatial
+    tiles). ``walk_all``: windows (by first step) whose far tasks once failed
+    (:class:`~nbody_dask.kernels.tree.FarFieldError`): every pair is walked there."""
     if not plan.spatial:
         dsk, keys = initial_graph(plan, token, tiles, with_potential, threads)
         return (yield from _finish(dsk, keys, None))
-    dsk, tiles, window = yield from _tree_step({}, plan, token, 0, tiles, None,
-                                               with_potential, None, threads)
+    dsk, tiles, window = yield from _tree_step({}, plan, token, step, tiles, None,
+                                               with_potential, None, threads, walk_all)
     return (yield from _finish(dsk, tiles, window))
 
 
 def steps_pieces(plan: Plan, token: str, tiles: Sequence, window: TreeWindow | None,
                  first: int, last: int, potential_steps: frozenset,
-                 threads: int | None = None):
+                 threads: int | None = None, walk_all: frozenset = frozenset()):
     """Generator of the :data:`Piece` s of steps ``first..last`` from ``tiles`` (futures of
     the state after step ``first - 1``) and the window that state was computed in; returns
-    the futures of the tiles after step ``last`` and the new window."""
+    the futures of the tiles after step ``last`` and the new window (``walk_all``: see
+    :func:`initial_pieces`)."""
     if not plan.spatial:
         dsk, keys = steps_graph(plan, token, tiles, first, last, potential_steps, threads)
         return (yield from _finish(dsk, keys, None))
@@ -447,7 +474,8 @@ def steps_pieces(plan: Plan, token: str, tiles: Sequence, window: TreeWindow | N
         for name, tile in zip(drifted, tiles, strict=True):
             dsk[name] = (open_step, tile, plan.dt)
         dsk, tiles, window = yield from _tree_step(dsk, plan, token, step, drifted, window,
-                                                   step in potential_steps, plan.dt, threads)
+                                                   step in potential_steps, plan.dt, threads,
+                                                   walk_all)
     return (yield from _finish(dsk, tiles, window))
 
 
@@ -528,7 +556,8 @@ def _check_whole(plan: Plan) -> None:
 
 def initial_graph(plan: Plan, token: str, tiles: Sequence, with_potential: bool = True,
                   threads: int | None = None) -> tuple[Graph, list[str]]:
-    """Attach forces (and potentials) to the initial ``tiles``: step 0, no kick."""
+    """Attach forces (and potentials) to the initial ``tiles``: step 0, no kick (plans
+    without spatial tiles; see :func:`initial_pieces`)."""
     _check_whole(plan)
     dsk: Graph = {}
     return dsk, _forces(dsk, plan, token, 0, tiles, with_potential, None, threads)
@@ -537,7 +566,8 @@ def initial_graph(plan: Plan, token: str, tiles: Sequence, with_potential: bool 
 def steps_graph(plan: Plan, token: str, tiles: Sequence, first: int, last: int,
                 potential_steps: frozenset, threads: int | None = None
                 ) -> tuple[Graph, list[str]]:
-    """Leapfrog steps ``first..last`` from ``tiles`` (the state after step ``first - 1``).
+    """Leapfrog steps ``first..last`` from ``tiles`` (the state after step ``first - 1``),
+    for plans without spatial tiles (see :func:`steps_pieces`).
 
     Returns the graph and the keys of the tiles after step ``last``; potentials are computed
     on ``potential_steps`` (snapshot steps).

@@ -7,7 +7,6 @@ What a run computes is its :class:`~nbody_dask.plan.Plan`; the task graphs come 
 
 from __future__ import annotations
 
-import itertools
 import json
 import shutil
 import sys
@@ -41,6 +40,7 @@ from .diagnostics import as_record
 from .graph import (TreeWindow, body_order, fused_steps, initial_pieces, key, snapshot_graph,
                     steps_pieces)
 from .integrators import INTEGRATOR
+from .kernels.tree import FarFieldError
 from .lease import StoreInUseError, WriterLease, refuse_if_in_use
 from .location import LocalLocation, StoreLocation, store_location
 from .plan import (TREE_CROSSOVER, Plan, check_layout, check_method, resolve_method,
@@ -444,14 +444,30 @@ class _Driver:
         self.committer: SnapshotCommitter | None = None
         self.token = ""
         self.window: TreeWindow | None = None
+        self.walk_all: set[int] = set()  # windows whose far tasks failed: every pair walked
 
     def run_with_restarts(self, bodies: xr.Dataset | None) -> None:
-        """Run to the end; after lost workers, restart from the last committed snapshot."""
-        max_restarts = int(config.get("max-restarts"))
-        for restart in itertools.count(1):
+        """Run to the end; after lost workers, restart from the last committed snapshot.
+
+        When bodies outran a window's near/far margin (:class:`FarFieldError`), restart from
+        the last committed snapshot too, walking every tile pair in that window: a resumed
+        run meets the same failure at the same step and does the same, so the results stay
+        bit-identical."""
+        max_restarts, restart = int(config.get("max-restarts")), 0
+        while True:
             try:
                 return self.run(bodies)
+            except FarFieldError as exc:
+                start = max(r for r in self.plan.retile_steps() if r <= (exc.step or 0))
+                if exc.step is None or start in self.walk_all:
+                    raise
+                self.walk_all.add(start)
+                snapshot = max(committed_snapshots(self.path) - 1, 0)
+                warnings.warn(f"{exc}; restarting from snapshot {snapshot}, walking every tile "
+                              f"pair in steps {start + 1}-{self.plan.window_end(start)}",
+                              RuntimeWarning, stacklevel=3)
             except _RECOVERABLE as exc:
+                restart += 1
                 if restart > max_restarts:
                     raise
                 snapshot = max(committed_snapshots(self.path) - 1, 0)
@@ -499,9 +515,10 @@ class _Driver:
         self.token = _run_token(bodies, plan, str(self.path), index)
         tiles = c.scatter(split_tiles(bodies, plan.tile_size, resolve_dtype(plan.dtype)),
                           hash=False)
-        state, self.window = submit_pieces(c, initial_pieces(plan, self.token, tiles,
-                                                              threads=self.threads))
         step = self.snapshot_steps[index]
+        state, self.window = submit_pieces(c, initial_pieces(
+            plan, self.token, tiles, threads=self.threads, step=step,
+            walk_all=frozenset(self.walk_all)))
         if self.committer.committed:
             self.on_complete(step, None)
         else:
@@ -517,7 +534,8 @@ class _Driver:
             state = self.client.get(dsk, list(dsk), sync=False)
         else:
             state, self.window = submit_pieces(self.client, steps_pieces(
-                plan, self.token, state, self.window, step + 1, end, potential, self.threads))
+                plan, self.token, state, self.window, step + 1, end, potential, self.threads,
+                frozenset(self.walk_all)))
         if end in self.snapshots:
             self.submit_snapshot(state, end)
         else:

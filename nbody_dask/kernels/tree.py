@@ -649,9 +649,9 @@ class Summary:
     groups: np.ndarray
 
 
-#: Cells of at most this many bodies end a tile's :class:`Summary`. Summaries then take about
-#: 3 bytes per body, and measured on a Plummer sphere of 1,048,576 bodies in 256 tiles, 22% of
-#: the tile pairs are near at theta = 0.4 (31% with 512 bodies, 1 byte per body).
+#: Cells of at most this many bodies end a tile's :class:`Summary`. On a Plummer sphere of
+#: 1,048,576 bodies in 256 tiles the forest of summaries takes about 5 bytes per body and 22%
+#: of the tile pairs are near at theta = 0.4 (31% with 512, for a quarter of the cells).
 SUMMARY_BODIES = 128
 
 
@@ -702,7 +702,15 @@ def forest(*summaries: Summary) -> Forest:
 
 class FarFieldError(RuntimeError):
     """Bodies moved farther between two re-tilings than the margin their tiles were
-    classified near or far with: a far tile would need its bodies."""
+    classified near or far with: a far tile would need its bodies. ``step``: the step whose
+    forces found it, when known."""
+
+    def __init__(self, message: str, step: int | None = None) -> None:
+        super().__init__(message)
+        self.step = step
+
+    def __reduce__(self):  # raised on a worker, re-raised in the driver with its step
+        return type(self), (self.args[0], self.step)
 
 
 def far_walk(target: TileTree, trees: Forest, far: np.ndarray, eps2: Any,
@@ -719,16 +727,15 @@ def far_walk(target: TileTree, trees: Forest, far: np.ndarray, eps2: Any,
     FarFieldError
         If a summary leaf fails the opening test for some target group.
     """
+    far = np.asarray(far, dtype=np.int64)
     sorted_out, failed = far_walk_sorted(
-        target.x, target.y, target.z, target.start, target.end, target.leaf, trees.roots,
-        np.asarray(far, dtype=np.int64), trees.skip, trees.leaf, trees.mass, trees.com,
-        trees.quad, trees.bmax, eps2, float(theta), bool(with_potential),
-        8 * numba.get_num_threads())
+        target.x, target.y, target.z, target.start, target.end, target.leaf, trees.roots, far,
+        trees.skip, trees.leaf, trees.mass, trees.com, trees.quad, trees.bmax, eps2,
+        float(theta), bool(with_potential), 8 * numba.get_num_threads())
     if failed:
         raise FarFieldError(
-            f"{failed} target group(s) came too close to cells of far tiles {list(far)}: the "
-            "bodies moved farther between re-tilings than the near/far margin allowed; lower "
-            "nbody.retile-every or the time step")
+            f"{failed} target group(s) came too close to cells of far tiles {far.tolist()}: the "
+            "bodies moved farther between re-tilings than the near/far margin allowed")
     out = np.empty_like(sorted_out)
     out[:, target.order] = sorted_out
     return out
