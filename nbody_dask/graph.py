@@ -278,11 +278,8 @@ def _forces(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence,
     the closing tasks; return the keys of the closed tiles."""
     t = len(tiles)
     if plan.method == "tree":  # one tile: a tree, its walk and the kick
-        trees = [key(token, "tree", step, i) for i in range(t)]
-        for tree, tile in zip(trees, tiles, strict=True):
-            dsk[tree] = (tile_tree, tile, plan.leaf_size)
-        return _tree_forces(dsk, plan, token, step, tiles, trees, None, None,
-                            with_potential, dt, threads)
+        return _tree_forces(dsk, plan, token, step, tiles, _trees(dsk, plan, token, step, tiles),
+                            None, None, with_potential, dt, threads)
     if plan.layout == "rows":
         groups, blocks = plan.groups(), []
         for b, (lo, hi) in enumerate(plan.source_blocks()):
@@ -344,7 +341,8 @@ def _tree_forces(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence,
             parts.append((name("pair", step, i, j), None))
             dsk[parts[-1][0]] = (tree_pair_forces, trees[i], trees[j], plan.softening,
                                  plan.theta, with_potential, i == j, threads)
-        far = [j for j in range(t) if j not in set(near[i])]
+        walked = set(near[i])
+        far = [j for j in range(t) if j not in walked]
         if far:
             parts.append((name("far", step, i), None))
             dsk[parts[-1][0]] = (far_forces, step, trees[i], forest, far, plan.softening,
@@ -355,6 +353,14 @@ def _tree_forces(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence,
         dsk[out[-1]] = (close, step, tiles[i], plan.G, dt, [s for _, s in parts],
                         *[p for p, _ in parts])
     return out
+
+
+def _trees(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence) -> list[str]:
+    """Add a task building each tile's tree (:func:`tile_tree`); return their keys."""
+    trees = [key(token, "tree", step, i) for i in range(len(tiles))]
+    for tree, tile in zip(trees, tiles, strict=True):
+        dsk[tree] = (tile_tree, tile, plan.leaf_size)
+    return trees
 
 
 def _forest(dsk: Graph, plan: Plan, token: str, step: int, trees: Sequence) -> str:
@@ -403,9 +409,7 @@ def _tree_step(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence,
         return dsk, _tree_forces(dsk, plan, token, step, tiles, trees, window.near, None,
                                  with_potential, dt, threads), window
     tiles = retile(dsk, plan, token, step, tiles)
-    trees = [name("tree", step, i) for i in range(t)]
-    for tree, tile in zip(trees, tiles, strict=True):
-        dsk[tree] = (tile_tree, tile, plan.leaf_size)
+    trees = _trees(dsk, plan, token, step, tiles)
     if not plan.near_far:
         return dsk, _tree_forces(dsk, plan, token, step, tiles, trees, None, None,
                                  with_potential, dt, threads), TreeWindow(trees, None)

@@ -253,6 +253,21 @@ def _m2p(xt, yt, zt, cx, cy, cz, cm, qxx, qyy, qzz, qxy, qxz, qyz, eps2, out):
 
 
 @njit(**_JIT)
+def _accepted_m2p(tx, ty, tz, lo, hi, moments, accepted, n_acc, gathered, eps2, part):
+    """Add the M2P forces of the cells ``accepted[:n_acc]`` on targets ``lo:hi`` to
+    ``part``: their moments (rows of ``moments``) gathered into the contiguous rows of the
+    scratch ``gathered`` (10, cells) first, with no allocation."""
+    for t in range(n_acc):
+        c = accepted[t]
+        for r in range(10):
+            gathered[r, t] = moments[c, r]
+    g = gathered
+    _m2p(tx[lo:hi], ty[lo:hi], tz[lo:hi], g[1, :n_acc], g[2, :n_acc], g[3, :n_acc],
+         g[0, :n_acc], g[4, :n_acc], g[5, :n_acc], g[6, :n_acc], g[7, :n_acc], g[8, :n_acc],
+         g[9, :n_acc], eps2, part)
+
+
+@njit(**_JIT)
 def _group_sphere(tx, ty, tz, lo, hi):
     """The centre of the bounding box of targets ``lo:hi`` and its half diagonal (float64):
     a sphere holding every target of the group."""
@@ -324,14 +339,7 @@ def _group_forces(tx, ty, tz, lo, hi, x, y, z, m, eps2, inv_theta, start, end, s
         part = accel_tile(tx[lo:hi], ty[lo:hi], tz[lo:hi], buffer[0, :p], buffer[1, :p],
                           buffer[2, :p], buffer[3, :p], eps2)
     # M2P: the accepted cells' moments, gathered into contiguous rows (no allocation)
-    for t in range(n_acc):
-        c = accepted[t]
-        for r in range(10):
-            gathered[r, t] = moments[c, r]
-    g = gathered
-    _m2p(tx[lo:hi], ty[lo:hi], tz[lo:hi], g[1, :n_acc], g[2, :n_acc], g[3, :n_acc],
-         g[0, :n_acc], g[4, :n_acc], g[5, :n_acc], g[6, :n_acc], g[7, :n_acc], g[8, :n_acc],
-         g[9, :n_acc], eps2, part)
+    _accepted_m2p(tx, ty, tz, lo, hi, moments, accepted, n_acc, gathered, eps2, part)
     return part, buffer
 
 
@@ -440,14 +448,8 @@ def far_walk_sorted(tx, ty, tz, tstart, tend, tleaf, roots, far, skip, leaf, mas
                         k = skip[k]
                     else:
                         k += 1
-            for t in range(n_acc):
-                for r in range(10):
-                    gathered[r, t] = moments[accepted[t], r]
             part = np.zeros((rows, hi - lo), dtype=dtype)
-            gd = gathered
-            _m2p(tx[lo:hi], ty[lo:hi], tz[lo:hi], gd[1, :n_acc], gd[2, :n_acc],
-                 gd[3, :n_acc], gd[0, :n_acc], gd[4, :n_acc], gd[5, :n_acc], gd[6, :n_acc],
-                 gd[7, :n_acc], gd[8, :n_acc], gd[9, :n_acc], eps2, part)
+            _accepted_m2p(tx, ty, tz, lo, hi, moments, accepted, n_acc, gathered, eps2, part)
             out[:, lo:hi] = part
     return out, failed.sum()
 
