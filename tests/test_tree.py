@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numba
 import numpy as np
 import pytest
@@ -264,3 +266,34 @@ def test_the_motion_margin_keeps_far_tiles_far():
         assert (failures == 0) == must_hold
     wider = tree.near_sources(forest, THETA, d)
     assert sum(map(len, wider)) < 64  # some tiles are still far with the margin
+
+
+_KERNEL_BITS = """
+import sys
+import numpy as np
+import nbody_dask
+from nbody_dask.kernels import tree
+position = nbody_dask.plummer(3000, seed=4).position.values.T.copy()
+mass = np.full(3000, 1 / 3000)
+near, far = tree.build(position[:, :1500], mass[:1500]), tree.build(position[:, 1500:], mass[1500:])
+np.save(sys.argv[1], np.stack([tree.walk(near, far, 1e-4, theta, True, False)
+                               for theta in (0.4, 1.0)]))
+"""
+
+
+def test_kernels_give_the_same_bits_compiled_or_loaded_from_numbas_cache(tmp_path):
+    """A tree walk (its M2P and P2P are kernels called by another kernel) gives the same bits
+    in a process that compiles it and in one that loads it from Numba's on-disk cache: a
+    resumed run or a new worker does not change the last bit (see ``law.FAST_MATH``)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "bits.py"
+    script.write_text(_KERNEL_BITS)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    for run in ("compiled", "cached"):
+        subprocess.run([sys.executable, str(script), str(tmp_path / run)], env=env,
+                       check=True, timeout=240)
+    compiled, cached = np.load(tmp_path / "compiled.npy"), np.load(tmp_path / "cached.npy")
+    assert np.abs(compiled).min() > 0  # a real result
+    np.testing.assert_array_equal(compiled, cached)

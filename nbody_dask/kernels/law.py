@@ -24,11 +24,20 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
-__all__ = ["inverse_distance", "reciprocal_sqrt", "compile_for", "JIT_OPTIONS"]
+__all__ = ["inverse_distance", "reciprocal_sqrt", "compile_for", "FAST_MATH", "JIT_OPTIONS"]
 
-#: Numba options of the CPU kernels: no GIL, cached on disk, SIMD-friendly floating point,
-#: NumPy's error model (Python's keeps divisions scalar: 16x slower).
-JIT_OPTIONS = dict(nogil=True, cache=True, fastmath=True, error_model="numpy",
+#: The fast-math freedoms of the CPU kernels: every flag of ``fastmath=True`` but ``nsz``
+#: (no signed zeros). ``reassoc`` lets LLVM vectorise a kernel's sums; without ``nsz`` the
+#: x86 back end does not re-balance sums for latency, a choice that depends on the code
+#: around them. With it, a kernel called by another (a tree walk's M2P, say) gave results
+#: that differed in the last bit between a process that compiled it and one that loaded it
+#: from Numba's on-disk cache, which links its own copy of the callee. Measured: the same
+#: speed either way.
+FAST_MATH = frozenset({"nnan", "ninf", "arcp", "contract", "afn", "reassoc"})
+
+#: Numba options of the CPU kernels: no GIL, cached on disk, SIMD-friendly floating point
+#: (:data:`FAST_MATH`), NumPy's error model (Python's keeps divisions scalar: 16x slower).
+JIT_OPTIONS = dict(nogil=True, cache=True, fastmath=set(FAST_MATH), error_model="numpy",
                    boundscheck=False)
 
 
