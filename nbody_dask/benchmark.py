@@ -34,13 +34,15 @@ def _stats(rates: list[float]) -> dict[str, float]:
 def _call_rates(call, interactions: int, reps: int, min_seconds: float = 0.05) -> list[float]:
     """Gint/s of ``reps`` timings of ``call``, each repeating it for at least ``min_seconds``
     (one call of a small tile lasts ~0.3 ms: too short for one clock reading). The first
-    call compiles or loads the kernel and is not timed."""
+    call compiles or loads the kernel and is not timed; the second sizes the repetitions,
+    and is the first timing when it lasts ``min_seconds`` already."""
     call()
     t0 = time.perf_counter()
     call()
-    calls = max(1, math.ceil(min_seconds / max(time.perf_counter() - t0, 1e-6)))
-    rates = []
-    for _ in range(reps):
+    seconds = time.perf_counter() - t0
+    calls = max(1, math.ceil(min_seconds / max(seconds, 1e-6)))
+    rates = [interactions / seconds / 1e9] if seconds >= min_seconds else []
+    while len(rates) < reps:
         t0 = time.perf_counter()
         for _ in range(calls):
             call()
