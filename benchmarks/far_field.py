@@ -12,7 +12,9 @@ and what the far tasks cost through the graph.
    theta: the share of tile pairs that are near (walked), near sources per tile, the forest's
    cells and bytes, the classification's time, and the tasks of one step's graph with near
    and far pairs against walking every pair (counted from
-   :func:`nbody_dask.graph.steps_pieces` fed these classifications).
+   :func:`nbody_dask.graph.steps_pieces` fed these classifications), with the ``"rows"``
+   layout (a task per target tile), and the tasks of one re-tiling (T parts of each old tile
+   taken one by one, against :meth:`~nbody_dask.plan.Plan.shuffle_blocks`).
 2. **Through the graph** (``--graph-n`` bodies in ``--graph-tiles`` spatial tiles on a local
    cluster of ``--workers`` one-thread worker processes): one ``accelerations()`` (re-tiling,
    classification, trees, walks, far tasks, routing back) and the time per simulate() step
@@ -41,18 +43,34 @@ def curve_trees(position, mass, n_tiles):
     return [tree.build(position[:, run], mass[run]) for run in np.array_split(order, n_tiles)]
 
 
-def step_tasks(n, n_tiles, near):
+def step_tasks(n, n_tiles, near, layout="pairs"):
     """Tasks of one step between re-tilings, counted from the graph pieces that the driver
     would submit, with the classification ``near`` (None: every pair walked)."""
     from nbody_dask.graph import TreeWindow, steps_pieces
     from nbody_dask.plan import Plan
 
     plan = Plan(n=n, steps=20, dt=0.01, tile_size=-(-n // n_tiles), method="tree",
-                near_far_tiles=1 if near else n_tiles + 1)
+                near_far_tiles=1 if near else n_tiles + 1, layout=layout)
     window = TreeWindow([f"tree-{i}" for i in range(n_tiles)], near)
     pieces = steps_pieces(plan, "count", [f"tile-{i}" for i in range(n_tiles)], window, 1, 1,
                           frozenset())
     dsk, wanted, _ = next(pieces)
+    return len(dsk)
+
+
+def retile_tasks(n, n_tiles, blocked=True):
+    """Tasks of one re-tiling (:func:`nbody_dask.graph.retile`), its parts taken in the
+    plan's blocks or one by one."""
+    from unittest import mock
+
+    from nbody_dask.graph import retile
+    from nbody_dask.plan import Plan
+
+    plan = Plan(n=n, steps=20, dt=0.01, tile_size=-(-n // n_tiles), method="tree")
+    dsk = {}
+    with mock.patch.object(Plan, "shuffle_blocks", Plan.shuffle_blocks if blocked else
+                           lambda self: [(i, i + 1) for i in range(self.n_tiles)]):
+        retile(dsk, plan, "count", 0, [f"tile-{i}" for i in range(n_tiles)])
     return len(dsk)
 
 
@@ -78,12 +96,17 @@ def classification(n, tiles, thetas):
                        near_per_tile=pairs / t, forest_cells=int(forest.mass.shape[0]),
                        forest_bytes=int(nbytes), classify_s=seconds,
                        tasks_near_far=step_tasks(n, t, near),
-                       tasks_every_pair=step_tasks(n, t, None))
+                       tasks_every_pair=step_tasks(n, t, None),
+                       tasks_rows=step_tasks(n, t, near, "rows"),
+                       retile_tasks=retile_tasks(n, t),
+                       retile_tasks_unblocked=retile_tasks(n, t, blocked=False))
             rows.append(row)
             print(f"| {n:,} | {t} | {theta} | {row['near_share']:.0%} | "
                   f"{row['near_per_tile']:.1f} | {row['forest_cells']:,} | "
                   f"{nbytes / 2**20:.1f} MiB | {seconds:.3f} s | "
-                  f"{row['tasks_near_far']:,} | {row['tasks_every_pair']:,} |", flush=True)
+                  f"{row['tasks_near_far']:,} | {row['tasks_every_pair']:,} | "
+                  f"{row['tasks_rows']:,} | {row['retile_tasks']:,} / "
+                  f"{row['retile_tasks_unblocked']:,} |", flush=True)
     return rows
 
 
@@ -138,8 +161,9 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     print("| N | tiles | theta | pairs near | near per tile | forest cells | forest | "
-          "classify | tasks/step near-far | tasks/step every pair |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "classify | tasks/step near-far | tasks/step every pair | tasks/step rows | "
+          "re-tiling tasks (blocks / one by one) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = classification(args.n, [int(t) for t in args.tiles.split(",")],
                           [float(t) for t in args.theta.split(",")])
     graph_rows = []

@@ -1,7 +1,8 @@
 """Simulated scale (issue 14): orchestration cost per step against W worker processes.
 
     python benchmarks/scale.py [--workers 1,2,4,8,16,32] [--layouts pairs,rows]
-                               [--tiles-per-worker 2] [--tile-size 16] [--json out.json]
+                               [--tiles-per-worker 2] [--tile-size 16] [--method tree]
+                               [--json out.json]
 
 A scheduler and W single-threaded worker processes are started as separate processes
 (``dask scheduler`` and ``dask worker``), the driver is this process, as on a real cluster.
@@ -18,6 +19,12 @@ orchestration. For each W and layout (``pairs``: T = ``--tiles-per-worker`` x W 
 Then the same at fixed W for growing T (``--tiles``). Each row is the median of ``--reps``
 short/long pairs (NaN where the difference is lost in the noise). Prints Markdown tables;
 ``--json`` writes every row.
+
+``--method tree`` measures the tree method instead, its tile pairs classified near or far at
+every T (``nbody.near-far-tiles`` = 2): ``pairs`` has a walk task per near tile pair, ``rows``
+one task per target tile. Its step graphs are built in pieces (the driver fetches the
+classification at each re-tiling), so there is no bare-graph floor, and tasks/step is what
+the run's graphs held, counted as they were submitted.
 """
 
 from __future__ import annotations
@@ -77,11 +84,11 @@ def cluster(workers: int):
                     proc.kill()
 
 
-def step_plan(tiles: int, tile_size: int, layout: str) -> Plan:
+def step_plan(tiles: int, tile_size: int, layout: str, method: str = "direct") -> Plan:
     """The plan simulate() makes for ``tiles`` tiles on the CPU backend."""
     plan = Plan(n=tiles * tile_size, steps=1, dt=1 / 256, softening=0.05,
                 tile_size=tile_size, symmetric=bool(nbody_dask.config.get("symmetric")),
-                layout=layout)
+                layout=layout, method=method)
     return plan.settle(1, 1, "cpu")
 
 
@@ -104,22 +111,38 @@ def _median_difference(run, steps: tuple[int, int], reps: int) -> list[float]:
 
 
 def simulate_costs(client: Client, scheduler: psutil.Process, tiles: int, tile_size: int,
-                   layout: str, steps: tuple[int, int], reps: int) -> dict:
-    """Per-step wall, driver CPU and scheduler CPU of simulate(), differential."""
+                   layout: str, steps: tuple[int, int], reps: int, method: str = "direct"
+                   ) -> dict:
+    """Per-step wall, driver CPU, scheduler CPU and submitted tasks of simulate(),
+    differential."""
     bodies = nbody_dask.plummer(tiles * tile_size, seed=0)
     me = psutil.Process()
     kw = dict(dt=1 / 256, softening=0.05, tile_size=tile_size, dtype="float64",
-              backend="cpu", layout=layout, client=client, progress=False)
+              backend="cpu", layout=layout, client=client, progress=False, method=method)
+    submitted = []
+    get = client.get
 
-    def run(k: int) -> tuple[float, float, float]:
+    def counted(dsk, *args, **kwargs):
+        submitted.append(len(dsk))
+        return get(dsk, *args, **kwargs)
+
+    def run(k: int) -> tuple[float, float, float, float]:
+        submitted.clear()
         wall, cpu, sched = time.perf_counter(), _cpu(me), _cpu(scheduler)
-        # each worker process stands for a node of one core here: one kernel thread each
-        with dask.config.set({"nbody.kernel-threads": 1}):
+        # each worker process stands for a node of one core here: one kernel thread each;
+        # the tree classifies its tile pairs near or far at any number of tiles
+        with dask.config.set({"nbody.kernel-threads": 1, "nbody.near-far-tiles": 2}):
             nbody_dask.simulate(bodies, steps=k, snapshot_every=k, **kw)
-        return time.perf_counter() - wall, _cpu(me) - cpu, _cpu(scheduler) - sched
+        return (time.perf_counter() - wall, _cpu(me) - cpu, _cpu(scheduler) - sched,
+                float(sum(submitted)))
 
-    wall, driver, sched = _median_difference(run, steps, reps)
-    return {"wall_s": wall, "driver_cpu_s": driver, "scheduler_cpu_s": sched}
+    client.get = counted
+    try:
+        wall, driver, sched, tasks = _median_difference(run, steps, reps)
+    finally:
+        client.get = get
+    return {"wall_s": wall, "driver_cpu_s": driver, "scheduler_cpu_s": sched,
+            "submitted_tasks_per_step": tasks}
 
 
 def _noop(*args):
@@ -140,12 +163,17 @@ def bare_costs(client: Client, plan: Plan, steps: tuple[int, int], reps: int) ->
 
 
 def measure(workers: int, tiles: int, tile_size: int, layout: str, steps: tuple[int, int],
-            reps: int, client: Client, scheduler: psutil.Process) -> dict:
-    plan = step_plan(tiles, tile_size, layout)
+            reps: int, client: Client, scheduler: psutil.Process, method: str = "direct"
+            ) -> dict:
+    plan = step_plan(tiles, tile_size, layout, method)
     row = {"workers": workers, "tiles": tiles, "tile_size": tile_size, "layout": layout,
-           "tasks_per_step": plan.tasks_per_step()}
-    row.update(simulate_costs(client, scheduler, tiles, tile_size, layout, steps, reps))
-    row["bare_wall_s"] = bare_costs(client, plan, steps, reps)
+           "method": method, "tasks_per_step": plan.tasks_per_step()}
+    row.update(simulate_costs(client, scheduler, tiles, tile_size, layout, steps, reps,
+                              method))
+    if method == "tree":
+        row["tasks_per_step"] = round(row["submitted_tasks_per_step"])
+    row["bare_wall_s"] = (bare_costs(client, plan, steps, reps) if not plan.spatial
+                          else math.nan)
     row["simulate_over_bare"] = row["wall_s"] / row["bare_wall_s"]
     row["driver_us_per_task"] = row["driver_cpu_s"] / row["tasks_per_step"] * 1e6
     return row
@@ -176,6 +204,7 @@ def main() -> int:
     parser.add_argument("--steps", default="4,12", help="short,long runs (differential)")
     parser.add_argument("--reps", type=int, default=3,
                         help="short/long pairs per row; the median is reported")
+    parser.add_argument("--method", choices=["direct", "tree"], default="direct")
     parser.add_argument("--json", dest="json_path", default=None)
     args = parser.parse_args()
     steps = tuple(int(s) for s in args.steps.split(","))
@@ -189,14 +218,14 @@ def main() -> int:
             for layout in layouts:
                 tiles = w if layout == "rows" else args.tiles_per_worker * w
                 rows.append(measure(w, tiles, args.tile_size, layout, steps, args.reps,
-                                    client, scheduler))
+                                    client, scheduler, args.method))
                 print(line(rows[-1]), flush=True)
     if args.tiles:
         print(f"\nGrowing T at W = {ws[-1]}, pairs layout:\n\n{HEADER}", flush=True)
         with cluster(ws[-1]) as (client, scheduler):
             for t in (int(t) for t in args.tiles.split(",")):
                 rows.append(measure(ws[-1], t, args.tile_size, "pairs", steps, args.reps,
-                                    client, scheduler))
+                                    client, scheduler, args.method))
                 print(line(rows[-1]), flush=True)
     if args.json_path:
         Path(args.json_path).write_text(json.dumps({"python": sys.version, "rows": rows},

@@ -33,6 +33,9 @@ after that step, the classification for the rest of the window, with the opening
 grown by how far a body can move in it. Both depend only on the state at the re-tiling, so
 a resumed run (which starts at a snapshot, a re-tiling step) classifies as the uninterrupted
 run did. A target's partials are its near sources' walks in source order, then its far task.
+With the ``"rows"`` layout there is one tile per worker and a single task per target tile
+runs its walks and far task on the worker's cores, sums them in the same groups and kicks:
+about ``4 T`` tasks a step instead of ``T`` times the near tiles.
 
 :func:`execute` runs a graph in place, in its insertion order: a one-tile system runs many
 steps as one task that way (:func:`fused_steps`), with exactly the operations of the tasks.
@@ -63,9 +66,9 @@ from .storage import write_tile
 __all__ = ["Graph", "Piece", "TreeWindow", "key", "pair_forces", "symmetric_pair_forces",
            "self_forces", "gather_sources", "row_forces", "tile_tree", "tree_pair_forces",
            "refit_tree", "tree_summary", "tree_forest", "near_now", "tile_motion",
-           "near_in_window", "far_forces", "retile", "body_order", "sum_in_order", "sum_sides",
-           "initial_graph", "steps_graph", "initial_pieces", "steps_pieces", "snapshot_graph",
-           "fused_steps", "execute"]
+           "near_in_window", "far_forces", "close_tree_row", "retile", "merge_picked",
+           "body_order", "sum_in_order", "sum_sides", "initial_graph", "steps_graph",
+           "initial_pieces", "steps_pieces", "snapshot_graph", "fused_steps", "execute"]
 
 Graph = dict[str, tuple]
 
@@ -262,6 +265,23 @@ def close_row(step: int, target: int, G: float, dt: float | None, softening: flo
     return check_finite(close_step(own, forces, G, dt), step)
 
 
+def close_tree_row(step: int, target: int, G: float, dt: float | None, softening: float,
+                   theta: float, with_potential: bool, split_every: int, threads: int | None,
+                   tile: Tile, tree, near: list[int], far: list[int], forest,
+                   *near_trees) -> Tile:
+    """The ``"rows"`` layout's tree task: tile ``target``'s walks of its ``near`` tiles (their
+    ``near_trees``, in source order) and of its ``far`` tiles' summaries in ``forest``, on
+    ``threads`` (None: every core), summed with the fixed groups that the ``"pairs"``
+    layout's combine tasks use (so the two layouts give the same bits), and the kick."""
+    parts = [tree_pair_forces(tree, source, softening, theta, with_potential, j == target,
+                              threads) for j, source in zip(near, near_trees, strict=True)]
+    if far:
+        parts.append(far_forces(step, tree, forest, far, softening, theta, with_potential,
+                                threads))
+    forces = reduce_in_groups(parts, reduction_groups(len(parts), split_every))
+    return check_finite(close_step(tile, forces, G, dt), step)
+
+
 def write_and_measure(path: StoreLocation | None, index: int, tile: Tile, G: float, run: str,
                       writer: str) -> np.ndarray:
     """Write a tile's region of snapshot ``index`` (unless ``path`` is None); its diagnostics."""
@@ -326,7 +346,8 @@ def _tree_forces(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence,
     (from ``forest``, added here when None), the closing tasks. A walk uses one thread in
     the ``"pairs"`` layout with several tiles (the worker's threads run many walks), the
     worker's cores otherwise. A target's partials are summed near sources first, in source
-    order, then the far task's."""
+    order, then the far task's. With ``"rows"``, one task per target tile does all of that
+    (:func:`close_tree_row`)."""
     t = len(tiles)
     if plan.layout == "pairs" and t > 1:
         threads = 1
@@ -335,6 +356,15 @@ def _tree_forces(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence,
     if forest is None and any(len(row) < t for row in near):
         forest = _forest(dsk, plan, token, step, trees)
     out, split = [], plan.split_every
+    if plan.layout == "rows":
+        for i in range(t):
+            walked = set(near[i])
+            out.append(name("row", step, i))
+            dsk[out[-1]] = (close_tree_row, step, i, plan.G, dt, plan.softening, plan.theta,
+                            with_potential, split, threads, tiles[i], trees[i], near[i],
+                            [j for j in range(t) if j not in walked], forest,
+                            *[trees[j] for j in near[i]])
+        return out
     for i in range(t):
         parts = []
         for j in near[i]:
@@ -487,8 +517,9 @@ def retile(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence) -> li
     """Add the tasks that re-cut ``tiles`` into spatial tiles along the Morton curve
     (:mod:`nbody_dask.spatial`); return the keys of the new tiles.
 
-    ``T`` extents, one cube, ``T`` key samples, one splitter task, ``T`` cuts, ``T**2``
-    parts and ``T`` merges: no task holds more than one tile's bodies.
+    ``T`` extents, one cube, ``T`` key samples, one splitter task, ``T`` cuts, ``T x B``
+    parts (:meth:`~nbody_dask.plan.Plan.shuffle_blocks`) and ``T`` merges: no task holds
+    more than one block of tiles' bodies.
     """
     t = len(tiles)
     name = functools.partial(key, token)
@@ -505,14 +536,29 @@ def retile(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence) -> li
     dsk[split] = (splitters, t, *samples)
     for i, tile in enumerate(tiles):
         dsk[cuts[i]] = (cut_by_splitters, tile, cube, split)
+    return _move(dsk, plan, token, "spatial", step, cuts, merge_parts, [[]] * t)
+
+
+def merge_picked(offset: int, merge, head: list, *blocks: list) -> Tile:
+    """``merge(*head, *parts)``, the parts being entry ``offset`` of each block of parts."""
+    return merge(*head, *(block[offset] for block in blocks))
+
+
+def _move(dsk: Graph, plan: Plan, token: str, stage: str, step: int, cuts: Sequence,
+          merge, heads: list[list]) -> list[str]:
+    """Add the tasks that move bodies from old tiles to new ones: ``cuts[i]`` (a task's key)
+    is old tile ``i`` cut into one part per new tile, new tile ``k`` is ``merge(*heads[k],
+    *parts)`` over its parts in old-tile order. The parts are taken in blocks of consecutive
+    new tiles (:meth:`~nbody_dask.plan.Plan.shuffle_blocks`); return the new tiles' keys."""
+    name = functools.partial(key, token)
     out = []
-    for new in range(t):
-        parts = []
-        for i in range(t):
-            parts.append(name("part", step, i, new))
-            dsk[parts[-1]] = (operator.getitem, cuts[i], new)
-        out.append(name("spatial", step, new))
-        dsk[out[-1]] = (merge_parts, *parts)
+    for b, (lo, hi) in enumerate(plan.shuffle_blocks()):
+        blocks = [name(f"{stage}part", step, i, b) for i in range(len(cuts))]
+        for block, cut in zip(blocks, cuts, strict=True):
+            dsk[block] = (operator.getitem, cut, slice(lo, hi))
+        for new in range(lo, hi):
+            out.append(name(stage, step, new))
+            dsk[out[-1]] = (merge_picked, new - lo, merge, heads[new], *blocks)
     return out
 
 
@@ -526,15 +572,8 @@ def body_order(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence) -
     cuts = [name("bycut", step, i) for i in range(len(tiles))]
     for i, tile in enumerate(tiles):
         dsk[cuts[i]] = (cut_by_chunk, tile, plan.tile_size, len(bounds))
-    out = []
-    for c, (lo, _) in enumerate(bounds):
-        parts = []
-        for i in range(len(tiles)):
-            parts.append(name("bypart", step, i, c))
-            dsk[parts[-1]] = (operator.getitem, cuts[i], c)
-        out.append(name("bodyorder", step, c))
-        dsk[out[-1]] = (merge_by_id, lo, *parts)
-    return out
+    return _move(dsk, plan, token, "bodyorder", step, cuts, merge_by_id,
+                 [[lo] for lo, _ in bounds])
 
 
 def _combine(dsk: Graph, parts: list[tuple[str, int | None]], groups: list,

@@ -16,6 +16,8 @@ Two layouts share the arithmetic:
     kernel (all cores of a node) and sums the partials with the same groups in the same
     order: bit-identical to ``"pairs"`` without the symmetric kernel, with ``2 T + sqrt(T)``
     tasks a step instead of ``T**2``. For one worker process per node (the HPC layout).
+    With the tree method, one spatial tile per worker and one task per target tile that
+    walks its near tiles and its far tiles' summaries: about ``4 T`` tasks a step.
 """
 
 from __future__ import annotations
@@ -128,7 +130,7 @@ def auto_tile_size(n: int, threads: int, backend: str = "cpu", layout: str = "pa
         Bodies per tile (the last tile holds the remainder).
     """
     if method == "tree":
-        return _tree_tile_size(n, threads, workers)
+        return _tree_tile_size(n, threads, workers, layout)
     if layout == "rows":
         return max(1, math.ceil(n / max(1, int(workers))))
     if backend == "cuda":
@@ -143,20 +145,27 @@ def auto_tile_size(n: int, threads: int, backend: str = "cpu", layout: str = "pa
     return max(1, math.ceil(n / tiles))
 
 
-def _tree_tile_size(n: int, threads: int, workers: int = 1) -> int:
+def _tree_tile_size(n: int, threads: int, workers: int = 1, layout: str = "pairs") -> int:
     """Tile size of the tree method.
 
     On one worker, up to :data:`TREE_ONE_TILE_MAX` bodies are one tile: one fused task whose
     walk runs on all the worker's threads, with no re-tiling and no routing back to body
     order (measured on 2 threads: 1.2-1.7x faster than 3 or 4 spatial tiles from 262,144 to
     4,194,304 bodies, and as accurate as one global tree). On several workers, and beyond
-    that size, ``T`` spatial tiles with ``T**2 >= 4 * threads`` tile-pair tasks, so that the
-    threads share a step's uneven pair tasks (a tile with itself costs most, a far pair
-    little), and at most 1,048,576 bodies a tile (the memory of one task).
+    that size: with ``layout="rows"`` a tile per worker (each worker's row task walks on
+    all its cores), at most :data:`TREE_ONE_TILE_MAX` bodies a tile; with ``"pairs"``,
+    ``T`` spatial tiles with ``T**2 >= 4 * threads`` tile-pair tasks, so that the threads
+    share a step's uneven pair tasks (a tile with itself costs most, a far pair little),
+    and at most 1,048,576 bodies a tile (the memory of one task). Never tiles under 4,096
+    bodies.
     """
-    if n <= 16_384 or (int(workers) <= 1 and n <= TREE_ONE_TILE_MAX):
+    workers = max(1, int(workers))
+    if n <= 16_384 or (workers == 1 and n <= TREE_ONE_TILE_MAX):
         return max(n, 1)
-    tiles = max(math.ceil(math.sqrt(4 * max(1, int(threads)))), math.ceil(n / 1_048_576))
+    if layout == "rows":
+        tiles = max(workers, math.ceil(n / TREE_ONE_TILE_MAX))
+    else:
+        tiles = max(math.ceil(math.sqrt(4 * max(1, int(threads)))), math.ceil(n / 1_048_576))
     return max(1, math.ceil(n / min(tiles, n // 4_096)))
 
 
@@ -374,6 +383,20 @@ class Plan:
         size = math.ceil(math.sqrt(t))
         return [(lo, min(lo + size, t)) for lo in range(0, t, size)]
 
+    def shuffle_blocks(self) -> list[tuple[int, int]]:
+        """Spatial tiles: ranges of consecutive destination tiles whose parts of an old tile
+        are taken in one task when a re-tiling (or a routing back to body order) moves every
+        tile's bodies to their new tiles.
+
+        Blocks of ``max(1, isqrt(T // 4))`` destinations cut those tasks from ``T**2`` to
+        about ``2 T**1.5`` (65,536 to 8,192 at 256 tiles); a merge task then receives the
+        parts of its whole block, at most ``sqrt(T / 4)`` tiles' worth of bodies (1/32 of
+        them at 256 tiles, one tile under 16 tiles).
+        """
+        t = self.n_tiles
+        size = max(1, math.isqrt(t // 4))
+        return [(lo, min(lo + size, t)) for lo in range(0, t, size)]
+
     def groups(self) -> list[list[tuple[int, int]]]:
         """The reduction tree of every target tile's partials (:func:`reduction_groups`)."""
         return reduction_groups(self.n_tiles, self.split_every)
@@ -386,8 +409,11 @@ class Plan:
         if self.layout == "rows" and self.method == "direct":
             return 2 * t + len(self.source_blocks())  # drift, blocks, row (forces and kick)
         combines = sum(len(level) for level in self.groups()) * t
-        if self.method == "tree":  # trees, and a re-tiling's 4 T + T**2 + 2 now and then
-            retile = math.ceil((4 * t + t * t + 2) / max(1, self.retile_every))
+        if self.method == "tree":  # trees, and a re-tiling's 4 T + T B + 2 now and then
+            moves = t * len(self.shuffle_blocks())
+            retile = math.ceil((4 * t + moves + 2) / max(1, self.retile_every))
+            if self.layout == "rows":  # drift, tree, row; summaries and forest
+                return 3 * t + (t + 1 if self.near_far else 0) + retile
             far = 2 * t + 1 if self.near_far else 0  # summaries, forest, far tasks
             return 3 * t + far + len(self.pair_tasks()) + combines + retile
         return 2 * t + len(self.pair_tasks()) + combines

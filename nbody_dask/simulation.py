@@ -165,7 +165,9 @@ def simulate(
         task per tile pair, for workers with many threads. ``"rows"``: one tile per worker and
         a task per tile that runs its row of tile pairs on all the worker's cores with the
         parallel CPU kernel (``nbody.kernel-threads``), about ``2 T`` tasks a step: the HPC
-        layout, for one single-threaded worker process per node. See :mod:`nbody_dask.plan`.
+        layout, for one single-threaded worker process per node (with the tree: a spatial
+        tile per worker and a task per tile that walks its near tiles and its far tiles'
+        summaries, about ``4 T`` tasks a step). See :mod:`nbody_dask.plan`.
     method : {"auto", "direct", "tree"}, optional
         How forces are computed; ``nbody.method`` ("auto") by default. ``"direct"``: exact
         direct summation. ``"tree"``: an octree with quadrupole moments on spatial tiles

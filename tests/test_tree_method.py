@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -337,6 +339,49 @@ def test_tree_tile_sizes():
     assert auto_tile_size(1_048_576, 2, method="tree", workers=2) == 349_526  # 9 walks
     assert auto_tile_size(4_194_304, 2, method="tree", workers=2) == 1_048_576
     assert auto_tile_size(1_048_576, 64, method="tree", workers=8) == 65_536  # 16 tiles
+    # rows: a tile per worker, at most TREE_ONE_TILE_MAX a tile
+    rows = dict(method="tree", layout="rows")
+    assert auto_tile_size(1_048_576, 16, workers=16, **rows) == 65_536
+    assert auto_tile_size(16_384, 4, workers=4, **rows) == 16_384
+    assert auto_tile_size(10**8, 4, workers=4, **rows) == 8_333_334  # 12 tiles
+
+
+def test_bodies_move_between_tiles_in_blocks_with_the_same_bits(client, monkeypatch):
+    """16 spatial tiles: re-tiling and routing to body order take an old tile's parts for 2
+    new tiles in one task (T x 8 tasks, not T**2); the run is bit-identical to taking every
+    part alone."""
+    kw = dict(steps=4, snapshot_every=2, tile_size=50, dtype="float32")
+    plan = Plan(n=800, steps=4, dt=1.0, method="tree", tile_size=50)
+    assert plan.shuffle_blocks() == [(lo, lo + 2) for lo in range(0, 16, 2)]
+    assert [len(Plan(n=t, steps=1, dt=1.0, tile_size=1).shuffle_blocks())
+            for t in (1, 7, 8, 64, 256, 1000)] == [1, 7, 8, 16, 32, 67]
+    blocked = _run(client, _clumps(800), **kw).load()
+    monkeypatch.setattr(Plan, "shuffle_blocks",
+                        lambda self: [(i, i + 1) for i in range(self.n_tiles)])
+    single = _run(client, _clumps(800), **kw).load()
+    np.testing.assert_array_equal(blocked.body.values, np.arange(800))
+    for name in ("position", "velocity", "potential_energy"):
+        np.testing.assert_array_equal(blocked[name].values, single[name].values)
+
+
+def test_rows_layout_runs_a_task_per_tile_a_step():
+    """With "rows", a step of a near/far window is a drift, a refit tree, a summary and a row
+    task per tile and the forest: no task per tile pair, whatever the near sets."""
+    from nbody_dask import graph
+
+    t = 8
+    plan = Plan(n=4000, steps=20, dt=0.1, method="tree", layout="rows", tile_size=500,
+                near_far_tiles=2)
+    window = graph.TreeWindow([f"tree-{i}" for i in range(t)], [list(range(i + 1))
+                                                                for i in range(t)])
+    dsk, _, fetched = next(graph.steps_pieces(plan, "tok", [f"tile-{i}" for i in range(t)],
+                                              window, 2, 3, frozenset()))
+    assert fetched == 0 and len(dsk) == 2 * (4 * t + 1)
+    assert plan.tasks_per_step() == 4 * t + 1 + math.ceil((4 * t + t * t + 2) / 10)
+    pairs = replace(plan, layout="pairs")  # a walk per near pair, a far task, a kick
+    dsk, _, _ = next(graph.steps_pieces(pairs, "tok", [f"tile-{i}" for i in range(t)],
+                                        window, 2, 3, frozenset()))
+    assert len(dsk) == 2 * (4 * t + 1 + sum(range(1, t + 1)) + (t - 1))
 
 
 def test_snapshots_record_the_sampled_force_errors(client, tmp_path):
@@ -420,16 +465,19 @@ def _counting_far_walks(monkeypatch):
 def test_near_far_equals_walking_every_pair(client, monkeypatch):
     """8 spatial tiles re-cut 3 times, far pairs from tree summaries: the trajectory of
     walking every pair, to round-off (the same cells are accepted, summed in another
-    order)."""
+    order); the "rows" layout gives the "pairs" layout's bits."""
     import dask
 
     far_tasks = _counting_far_walks(monkeypatch)
     with dask.config.set(NEAR_FAR):
         near_far = _run(client, _clumps(), dtype="float64").load()
+        rows = _run(client, _clumps(), dtype="float64", layout="rows").load()
     assert far_tasks  # the far pairs were evaluated from summaries, after every re-tiling
     every = _run(client, _clumps(), dtype="float64").load()  # 8 < 32 tiles: every pair
     for name in ("position", "velocity", "potential_energy"):
         np.testing.assert_allclose(near_far[name], every[name], rtol=1e-12, atol=1e-13)
+        # "rows": a task per target tile, summed in the same groups: the same bits
+        np.testing.assert_array_equal(rows[name].values, near_far[name].values)
 
 
 def _near_far_final(n_workers, processes, path):
