@@ -141,11 +141,13 @@ def row_forces(target: int, own: Tile, blocks: Sequence[tuple], softening: float
     return list(out)
 
 
-def tile_tree(tile: Tile, leaf_size: int):
-    """The tile's octree and moments (:class:`~nbody_dask.kernels.tree.TileTree`)."""
+def tile_tree(tile: Tile, leaf_size: int, cube: np.ndarray | None = None):
+    """The tile's octree and moments (:class:`~nbody_dask.kernels.tree.TileTree`), its keys
+    in the ``cube`` of all tiles (:func:`~nbody_dask.spatial.bounding_cube`; None: the
+    tile's own)."""
     from .kernels import tree
 
-    return tree.build(tile.position, tile.mass, leaf_size)
+    return tree.build(tile.position, tile.mass, leaf_size, cube)
 
 
 def tree_pair_forces(target, source, softening: float, theta: float, with_potential: bool,
@@ -385,11 +387,13 @@ def _tree_forces(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence,
     return out
 
 
-def _trees(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence) -> list[str]:
-    """Add a task building each tile's tree (:func:`tile_tree`); return their keys."""
+def _trees(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence,
+           cube: str | None = None) -> list[str]:
+    """Add a task building each tile's tree (:func:`tile_tree`) in ``cube`` (the key of a
+    re-tiling's cube; None: one tile, in its own); return their keys."""
     trees = [key(token, "tree", step, i) for i in range(len(tiles))]
     for tree, tile in zip(trees, tiles, strict=True):
-        dsk[tree] = (tile_tree, tile, plan.leaf_size)
+        dsk[tree] = (tile_tree, tile, plan.leaf_size, cube)
     return trees
 
 
@@ -439,7 +443,7 @@ def _tree_step(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence,
         return dsk, _tree_forces(dsk, plan, token, step, tiles, trees, window.near, None,
                                  with_potential, dt, threads), window
     tiles = retile(dsk, plan, token, step, tiles)
-    trees = _trees(dsk, plan, token, step, tiles)
+    trees = _trees(dsk, plan, token, step, tiles, _cube_key(token, step))
     if not plan.near_far:
         return dsk, _tree_forces(dsk, plan, token, step, tiles, trees, None, None,
                                  with_potential, dt, threads), TreeWindow(trees, None)
@@ -513,6 +517,11 @@ def steps_pieces(plan: Plan, token: str, tiles: Sequence, window: TreeWindow | N
     return (yield from _finish(dsk, tiles, window))
 
 
+def _cube_key(token: str, step: int) -> str:
+    """The key of the re-tiling's cube at ``step``: the Morton curve's and the trees'."""
+    return key(token, "cube", step)
+
+
 def retile(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence) -> list[str]:
     """Add the tasks that re-cut ``tiles`` into spatial tiles along the Morton curve
     (:mod:`nbody_dask.spatial`); return the keys of the new tiles.
@@ -526,7 +535,7 @@ def retile(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence) -> li
     extents = [name("extent", step, i) for i in range(t)]
     samples = [name("sample", step, i) for i in range(t)]
     cuts = [name("cut", step, i) for i in range(t)]
-    cube, split = name("cube", step), name("splitters", step)
+    cube, split = _cube_key(token, step), name("splitters", step)
     stride = sample_stride(plan.n, t)
     for i, tile in enumerate(tiles):
         dsk[extents[i]] = (tile_extent, tile)
