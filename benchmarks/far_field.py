@@ -33,14 +33,16 @@ import numpy as np
 
 
 def curve_trees(position, mass, n_tiles):
-    """The trees of ``n_tiles`` runs of the Morton curve of the bodies."""
+    """The trees of ``n_tiles`` runs of the Morton curve of the bodies, in its cube (as the
+    re-tiling builds them)."""
     from nbody_dask.kernels import tree
+    from nbody_dask.spatial import bounding_cube
 
-    lo = position.min(axis=1).astype(np.float64)
-    size = float((position.max(axis=1) - position.min(axis=1)).max()) * (1 + 1e-9)
-    keys = tree.morton_keys(position[0], position[1], position[2], lo, size)
+    cube = bounding_cube(np.stack([position.min(axis=1), position.max(axis=1)]).astype(float))
+    keys = tree.morton_keys(position[0], position[1], position[2], cube[:3].copy(), cube[3])
     order = np.argsort(keys, kind="stable")
-    return [tree.build(position[:, run], mass[run]) for run in np.array_split(order, n_tiles)]
+    return [tree.build(position[:, run], mass[run], cube=cube)
+            for run in np.array_split(order, n_tiles)]
 
 
 def step_tasks(n, n_tiles, near, layout="pairs"):

@@ -1,7 +1,7 @@
 """method="tree" against pytreegrav and the C direct reference, in one run.
 
     python benchmarks/tree.py [--n 65536,262144,1048576] [--theta 0.4,0.7] [--steps]
-                              [--json out.json]
+                              [--tiles T] [--json out.json]
 
 For each N (a Plummer sphere, float32, no softening): one force evaluation by
 ``nbody_dask.accelerations(method="tree")`` on the default local cluster (the whole task
@@ -12,6 +12,8 @@ default opening angle (snapshots every 10 steps, differential: 20 steps minus 10
 pytreegrav ``Accel(method="tree", theta=0.7, parallel=True)`` (float64, its default
 accuracy; install it with the ``bench`` extra); and the C direct reference's rate from
 ``../shared/bench/refbench.py`` when it is there, turned into the time of an N² evaluation.
+With ``--tiles T`` the evaluations run on ``T`` spatial tiles (``tile_size`` = N / T, as
+on a cluster of ``T`` workers) instead of the one tile of the default local cluster.
 Errors: median, 99th percentile and max relative force error on 1,000 targets against a
 float64 direct sum (:func:`nbody_dask.accuracy.force_errors`). The ratio is tree time
 (through the graph) over pytreegrav time; compare rows whose median error is no worse than
@@ -38,6 +40,8 @@ def main() -> None:
                         help="pytreegrav's opening angles (the first is the one compared)")
     parser.add_argument("--plot", default=None,
                         help="PNG of median error against time per evaluation, last N")
+    parser.add_argument("--tiles", type=int, default=None,
+                        help="spatial tiles of the evaluations (default: the plan's)")
     parser.add_argument("--json", default=None)
     parser.add_argument("--replot", default=None, metavar="JSON",
                         help="only draw --plot again from this JSON of an earlier run")
@@ -69,8 +73,10 @@ def main() -> None:
         pos = np.ascontiguousarray(pos64.T.astype(np.float32))
         mass = mass64.astype(np.float32)
         tree_accelerations(pos[:, :1000], mass[:1000], 0.0, thetas[0], leaf)  # compile
-        row = {"n": n, "cores": len(os.sched_getaffinity(0)), "leaf_size": leaf, "tree": []}
-        kw = dict(method="tree", leaf_size=leaf, dtype="float32", client=client)
+        row = {"n": n, "cores": len(os.sched_getaffinity(0)), "leaf_size": leaf,
+               "tiles": args.tiles, "tree": []}
+        kw = dict(method="tree", leaf_size=leaf, dtype="float32", client=client,
+                  tile_size=-(-n // args.tiles) if args.tiles else None)
         nbody_dask.accelerations(bodies.isel(body=slice(0, 40_000)), theta=thetas[0], **kw)
         for theta in thetas:
             seconds, acc = best_of(2, partial(nbody_dask.accelerations, bodies, theta=theta,
