@@ -12,6 +12,7 @@ import nbody_dask
 from nbody_dask.accuracy import direct_reference, force_errors
 from nbody_dask.kernels import tree
 from nbody_dask.kernels.tree import THETA, build_tree, morton_keys, tree_accelerations
+from nbody_dask.spatial import bounding_cube
 from nbody_dask.testing import direct_sum_reference
 
 
@@ -176,8 +177,8 @@ def _two_clumps(n, dtype, separation=16.0, seed=0):
 
 
 def _cube(position):
-    lo = position.min(axis=1).astype(np.float64)
-    return np.append(lo, float((position.max(axis=1) - lo).max()) * 1.000001)
+    """The cube of all the bodies, as the re-tiling computes it."""
+    return bounding_cube(np.stack([position.min(axis=1), position.max(axis=1)]).astype(float))
 
 
 def _curve_tiles(position, n_tiles):
