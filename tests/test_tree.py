@@ -331,3 +331,17 @@ def test_spatial_tiles_are_as_accurate_as_one_tree():
             acc[:, tiles[i]] = sum(tree.walk(target, source, 0.0, 0.4, same=i == j)
                                    for j, source in enumerate(trees))
         assert median_error(acc) <= 1.05 * one_error, n_tiles
+
+
+def test_massless_bodies_feel_the_field_and_leave_it_unchanged():
+    """Test particles (mass 0, many alone in their cells, which the walks skip) get the
+    forces of the massive bodies and add none: every force as accurate as usual."""
+    bodies = nbody_dask.plummer(3000, seed=6)
+    probes = np.random.default_rng(1).uniform(-30, 30, size=(500, 3))
+    position = np.concatenate([bodies.position.values, probes])
+    mass = np.concatenate([bodies.mass.values, np.zeros(500)])
+    got = tree_accelerations(position.T.copy(), mass, 0.01, THETA).T
+    assert np.isfinite(got).all()
+    ref = _direct(position, mass, 0.01)
+    err = np.linalg.norm(got - ref, axis=1) / np.linalg.norm(ref, axis=1)
+    assert np.median(err[:3000]) < 3e-4 and np.median(err[3000:]) < 3e-4

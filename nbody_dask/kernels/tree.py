@@ -286,23 +286,43 @@ def _group_sphere(tx, ty, tz, lo, hi):
     return 0.5 * (gx0 + gx1), 0.5 * (gy0 + gy1), 0.5 * (gz0 + gz1), radius
 
 
-@njit(**_JIT)
-def _accepts(dx, dy, dz, radius, bmax, inv_theta):
-    """The opening test: a cell whose centre of mass is ``(dx, dy, dz)`` from a group's
-    centre is far enough for every target of the group (radius ``radius``)."""
-    return np.sqrt(dx * dx + dy * dy + dz * dz) - radius > bmax * inv_theta
+#: The opening distance of a cell a walk never accepts (finite: the kernels assume no inf).
+_NEVER = np.finfo(np.float64).max
 
 
 @njit(**_JIT)
-def _group_forces(tx, ty, tz, lo, hi, x, y, z, m, eps2, inv_theta, start, end, skip, leaf,
-                  mass, com, bmax, acceptable, moments, own, rows, accepted, opened, buffer,
-                  gathered):
+def _walk_table(mass, com, bmax, acceptable, inv_theta):
+    """What a walk's opening test reads of each cell, side by side (one cache line a cell):
+    (cells, 4) float64, the centre of mass and the distance beyond which the cell is
+    accepted, ``b_max / theta`` (:func:`_beyond`), or :data:`_NEVER` for a cell without mass
+    or not :func:`acceptable <acceptable_cells>`."""
+    cells = mass.shape[0]
+    table = np.empty((cells, 4))
+    for k in range(cells):
+        table[k, 0], table[k, 1], table[k, 2] = com[0, k], com[1, k], com[2, k]
+        table[k, 3] = bmax[k] * inv_theta if mass[k] != 0.0 and acceptable[k] else _NEVER
+    return table
+
+
+@njit(**_JIT)
+def _beyond(table, k, gcx, gcy, gcz, radius):
+    """The opening test: whether cell ``k`` of a :func:`_walk_table` is far enough from a
+    group of centre ``gc`` and radius ``radius`` for every target of the group,
+    ``|com - gc| - radius > b_max / theta``."""
+    dx, dy, dz = table[k, 0] - gcx, table[k, 1] - gcy, table[k, 2] - gcz
+    return np.sqrt(dx * dx + dy * dy + dz * dz) - radius > table[k, 3]
+
+
+@njit(**_JIT)
+def _group_forces(tx, ty, tz, lo, hi, x, y, z, m, eps2, start, end, skip, leaf, table,
+                  moments, own, rows, accepted, opened, buffer, gathered):
     """Forces on the targets ``tx[lo:hi]`` (a leaf of the target tree) by one walk of the
     source tree (``x, y, z, m`` and the tree arrays).
 
     ``own`` is the source cell that is this very leaf (same tree), or -1: its bodies' self
-    terms are left out of the potential. ``moments`` (cells, 10) holds the source cells'
-    mass, centre of mass and quadrupole in the run's dtype, for the M2P kernel. ``accepted``,
+    terms are left out of the potential. ``table`` is the source cells' :func:`_walk_table`;
+    ``moments`` (cells, 10) holds their mass, centre of mass and quadrupole in the run's
+    dtype, for the M2P kernel. ``accepted``,
     ``opened`` (int64, one slot per cell), ``buffer`` (shape (4, k)) and ``gathered``
     (shape (10, cells)), both in the run's dtype, are scratch; returns the result
     (``rows``, hi - lo) and the buffer (grown if it was too small).
@@ -313,8 +333,7 @@ def _group_forces(tx, ty, tz, lo, hi, x, y, z, m, eps2, inv_theta, start, end, s
     first = -1  # where the group's own bodies start in the gathered list
     k = 0
     while k < cells:
-        if mass[k] != 0.0 and acceptable[k] and _accepts(
-                com[0, k] - gcx, com[1, k] - gcy, com[2, k] - gcz, radius, bmax[k], inv_theta):
+        if _beyond(table, k, gcx, gcy, gcz, radius):
             accepted[n_acc] = k
             n_acc += 1
             k = skip[k]
@@ -377,6 +396,7 @@ def walk_sorted(tx, ty, tz, tstart, tend, tleaf, x, y, z, m, start, end, skip, l
     # the moments in the run's dtype, for the M2P kernel: mass, centre, quadrupole
     # (one cell's ten values side by side: one cache line to gather an accepted cell)
     moments = _moment_table(mass, com, quad, dtype)
+    table = _walk_table(mass, com, bmax, acceptable, inv_theta)
     for chunk in prange(chunks):
         accepted = np.empty(cells, dtype=np.int64)
         opened = np.empty(cells, dtype=np.int64)
@@ -385,10 +405,9 @@ def walk_sorted(tx, ty, tz, tstart, tend, tleaf, x, y, z, m, start, end, skip, l
         for g in range(chunk * n_groups // chunks, (chunk + 1) * n_groups // chunks):
             cell = groups[g]
             lo, hi = tstart[cell], tend[cell]
-            part, buffer = _group_forces(tx, ty, tz, lo, hi, x, y, z, m, eps2, inv_theta,
-                                         start, end, skip, leaf, mass, com, bmax, acceptable,
-                                         moments, cell if same else -1, rows, accepted,
-                                         opened, buffer, gathered)
+            part, buffer = _group_forces(tx, ty, tz, lo, hi, x, y, z, m, eps2, start, end,
+                                         skip, leaf, table, moments, cell if same else -1,
+                                         rows, accepted, opened, buffer, gathered)
             out[:, lo:hi] = part
     return out
 
@@ -430,6 +449,7 @@ def far_walk_sorted(tx, ty, tz, tstart, tend, tleaf, roots, far, skip, leaf, mas
     cells = skip.shape[0]
     inv_theta = 1.0 / theta
     moments = _moment_table(mass, com, quad, dtype)
+    table = _walk_table(mass, com, bmax, acceptable, inv_theta)
     for chunk in prange(chunks):
         accepted = np.empty(cells, dtype=np.int64)
         gathered = np.empty((10, cells), dtype=dtype)
@@ -443,9 +463,7 @@ def far_walk_sorted(tx, ty, tz, tstart, tend, tleaf, roots, far, skip, leaf, mas
                 while k < roots[far[f] + 1]:
                     if mass[k] == 0.0:  # adds nothing
                         k = skip[k]
-                    elif acceptable[k] and _accepts(com[0, k] - gcx, com[1, k] - gcy,
-                                                    com[2, k] - gcz, radius, bmax[k],
-                                                    inv_theta):
+                    elif _beyond(table, k, gcx, gcy, gcz, radius):
                         accepted[n_acc] = k
                         n_acc += 1
                         k = skip[k]
