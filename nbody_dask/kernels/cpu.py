@@ -130,8 +130,9 @@ def accel_potential_tile(xt, yt, zt, xs, ys, zs, ms, eps2, diagonal, first=0):
         Squared Plummer softening length, in the dtype of the arrays.
     diagonal : bool
         True when the targets are among the sources: the self term of target ``i``, source
-        ``first + i``, is then left out of the potential (with ``eps2 > 0`` it would add
-        ``-m_i / eps``).
+        ``first + i``, then enters the sums with zero mass, so the potential leaves it out
+        exactly (with ``eps2 > 0`` it would add ``-m_i / eps``) and a lone body's potential
+        is exactly zero.
     first : int
         Index in the sources of the first target when ``diagonal`` (0: the same tile; a
         target block cut from a tile starts at its offset).
@@ -149,19 +150,19 @@ def accel_potential_tile(xt, yt, zt, xs, ys, zs, ms, eps2, diagonal, first=0):
     zero = one - one
     for i in range(nt):
         xi, yi, zi = xt[i], yt[i], zt[i]
+        own = first + i if diagonal else -1
         ax = ay = az = phi = zero
         for j in range(ns):
             dx, dy, dz = xs[j] - xi, ys[j] - yi, zs[j] - zi
             inv = inverse_distance(dx, dy, dz, eps2, zero, one)
-            mi = ms[j] * inv
+            # the self term enters with zero mass (a select, still vectorised): nothing is
+            # subtracted afterwards, so no rounding of 1/sqrt(eps2) is left behind
+            mi = (zero if j == own else ms[j]) * inv
             s = mi * inv * inv
             ax += s * dx
             ay += s * dy
             az += s * dz
             phi -= mi
-        if diagonal and eps2 > zero:
-            # Remove the self term -m_i/eps that the vectorised loop included.
-            phi += ms[first + i] / np.sqrt(eps2)
         out[0, i], out[1, i], out[2, i], out[3, i] = ax, ay, az, phi
     return out
 

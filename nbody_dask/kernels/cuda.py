@@ -164,6 +164,8 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int):
                     dz = zs - zi[p]
                     inv = inverse_distance(dx, dy, dz, eps2, zero, one)
                     mi = mk * inv
+                    if with_potential and diagonal and base + k == first + p * block:
+                        mi = zero  # the self term: left out, not subtracted afterwards
                     s = mi * inv * inv
                     cx[p] += s * dx
                     cy[p] += s * dy
@@ -183,8 +185,6 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int):
                 out[1, i] = ay[p]
                 out[2, i] = az[p]
                 if with_potential:
-                    if diagonal and eps2 > zero:
-                        phi[p] += ms[i] / math.sqrt(eps2)  # remove the self term -m_i / eps
                     out[3, i] = phi[p]
 
     return tile_pair
