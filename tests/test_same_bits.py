@@ -27,7 +27,8 @@ import nbody_dask
 RECORD = Path(__file__).with_name("same_bits.json")
 
 #: name -> (bodies, simulate() keywords, config): direct pairs (symmetric and plain), direct
-#: rows, the tree on one tile and on 3 spatial tiles, in both dtypes, and a resumed run.
+#: rows, the tree on one tile, on 3 spatial tiles and on 8 with far pairs from summaries
+#: (pairs and rows), in both dtypes, and a resumed run.
 CASES = {
     "direct-pairs-symmetric-float64": ("plummer-300", dict(tile_size=100), {}),
     "direct-pairs-plain-float32": ("plummer-300", dict(tile_size=100, dtype="float32"),
@@ -38,6 +39,11 @@ CASES = {
     "tree-3-tiles-float64": ("plummer-2000", dict(method="tree", tile_size=700), {}),
     "tree-3-tiles-float32-resumed": ("plummer-2000", dict(method="tree", tile_size=700,
                                                           dtype="float32"), {"resume": 4}),
+    "tree-8-tiles-near-far-float64": ("plummer-2000", dict(method="tree", tile_size=250),
+                                      {"nbody.near-far-tiles": 2}),
+    "tree-8-tiles-near-far-rows-float32": ("plummer-2000", dict(method="tree", tile_size=250,
+                                                                layout="rows", dtype="float32"),
+                                           {"nbody.near-far-tiles": 2}),
 }
 
 
