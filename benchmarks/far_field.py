@@ -35,20 +35,22 @@ import numpy as np
 def curve_trees(position, mass, n_tiles):
     """The trees of ``n_tiles`` runs of the Morton curve of the bodies, in its cube (as the
     re-tiling builds them)."""
+    from nbody_dask import config
     from nbody_dask.kernels import tree
     from nbody_dask.spatial import bounding_cube
 
     cube = bounding_cube(np.stack([position.min(axis=1), position.max(axis=1)]).astype(float))
     keys = tree.morton_keys(position[0], position[1], position[2], cube[:3].copy(), cube[3])
     order = np.argsort(keys, kind="stable")
-    return [tree.build(position[:, run], mass[run], cube=cube)
+    return [tree.build(position[:, run], mass[run], config.get("leaf-size"), cube=cube)
             for run in np.array_split(order, n_tiles)]
 
 
 def step_tasks(n, n_tiles, near, layout="pairs"):
     """Tasks of one step between re-tilings, counted from the graph pieces that the driver
     would submit, with the classification ``near`` (None: every pair walked)."""
-    from nbody_dask.graph import TreeWindow, steps_pieces
+    from nbody_dask.graph import steps_pieces
+    from nbody_dask.methods.tree import TreeWindow
     from nbody_dask.plan import Plan
 
     plan = Plan(n=n, steps=20, dt=0.01, tile_size=-(-n // n_tiles), method="tree",
@@ -56,16 +58,15 @@ def step_tasks(n, n_tiles, near, layout="pairs"):
     window = TreeWindow([f"tree-{i}" for i in range(n_tiles)], near)
     pieces = steps_pieces(plan, "count", [f"tile-{i}" for i in range(n_tiles)], window, 1, 1,
                           frozenset())
-    dsk, wanted, _ = next(pieces)
-    return len(dsk)
+    return len(next(pieces).graph)
 
 
 def retile_tasks(n, n_tiles, blocked=True):
-    """Tasks of one re-tiling (:func:`nbody_dask.graph.retile`), its parts taken in the
+    """Tasks of one re-tiling (:func:`nbody_dask.methods.tree.retile`), its parts taken in the
     plan's blocks or one by one."""
     from unittest import mock
 
-    from nbody_dask.graph import retile
+    from nbody_dask.methods.tree import retile
     from nbody_dask.plan import Plan
 
     plan = Plan(n=n, steps=20, dt=0.01, tile_size=-(-n // n_tiles), method="tree")

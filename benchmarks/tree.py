@@ -58,9 +58,10 @@ def main() -> None:
     from nbody_dask.benchmark import (best_of, find_reference, pytreegrav_evaluation,
                                       reference_rate, simulate_rate)
     from nbody_dask.clusters import local
-    from nbody_dask.kernels.tree import LEAF_SIZE, tree_accelerations
+    from nbody_dask import config
+    from nbody_dask.kernels.tree import tree_accelerations
 
-    leaf = args.leaf_size or LEAF_SIZE
+    leaf = config.get("leaf-size", args.leaf_size)
     thetas = [float(t) for t in args.theta.split(",")]
     refbench = find_reference()
     rows = []

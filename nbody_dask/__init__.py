@@ -1,19 +1,18 @@
-"""nbody_dask: direct-summation gravitational N-body simulation on Dask.
+"""nbody_dask: gravitational N-body simulation on Dask, by direct summation or a tree.
 
-Bodies are split into tiles; one step is a blocked interaction task graph of Numba tile-pair
-kernels and a fixed-order tree reduction, advanced with leapfrog (kick-drift-kick). It runs
-on any dask-distributed cluster and writes trajectories as Zarr v3, opened with xarray.
+Bodies are split into tiles; one step is a blocked interaction task graph: a Numba kernel per
+tile pair (exact direct summation) or a group walk per pair of spatial tiles' octrees (the
+tree, far tiles from summaries), and a fixed-order reduction of the partial forces per
+target tile, so results are bit-identical on any cluster. Leapfrog (kick-drift-kick)
+advances the state on the workers. It runs on any dask-distributed cluster (in-process by
+default, Slurm, Kubernetes, GPU workers), writes trajectories as Zarr v3 (local or object
+storage) from the workers, and opens them with xarray. Force methods are modules behind one
+interface (:mod:`nbody_dask.methods`).
 """
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("nbody-dask")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = "0+unknown"
-
+from ._version import __version__
 from . import config  # noqa: E402, F401  (loads the nbody defaults into dask.config)
 from .bodies import as_bodies, make_bodies  # noqa: E402
 from . import initial_conditions  # noqa: E402
@@ -28,15 +27,11 @@ from .initial_conditions import (  # noqa: E402
 from .integrators import NonFiniteStateError  # noqa: E402
 from .lease import LeaseLostError, StoreInUseError  # noqa: E402
 from .location import StoreUnreachableError  # noqa: E402
-from .simulation import (  # noqa: E402
-    EnergyErrorExceeded,
-    SimulationInterrupted,
-    accelerations,
-    potential_energy,
-    simulate,
-)
+from .simulation import simulate  # noqa: E402
+from .driver import SimulationInterrupted  # noqa: E402
+from .session import EnergyErrorExceeded  # noqa: E402
+from .evaluate import accelerations, force_accuracy, potential_energy  # noqa: E402
 from .storage import DamagedStoreError, open_trajectory, verify_trajectory  # noqa: E402
-from .accuracy import force_accuracy  # noqa: E402
 
 __all__ = [
     "__version__",

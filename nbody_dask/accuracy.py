@@ -21,12 +21,9 @@ import numpy as np
 from ._validate import check_int, check_real
 from .bodies import Tile, as_bodies
 
-__all__ = ["ForceErrors", "force_errors", "force_accuracy", "direct_reference", "sample_targets",
+__all__ = ["ForceErrors", "force_errors", "direct_reference", "sample_targets",
            "relative_errors", "error_statistics", "pick_targets", "join_targets",
-           "reference_partial", "sampled_errors", "ERROR_STATISTICS"]
-
-#: What :func:`sampled_errors` returns, in order (the store's ``statistic`` coordinate).
-ERROR_STATISTICS = ("median", "p99", "max")
+           "reference_partial", "sampled_errors"]
 
 #: Sources per block of the reference sum (a block is one parallel work item per target block).
 _SOURCE_BLOCK = 65_536
@@ -152,27 +149,6 @@ def error_statistics(errors: np.ndarray) -> tuple[float, float, float]:
         median, p99 = np.median(errors), np.quantile(errors, 0.99)
     median, p99 = (np.inf if np.isnan(v) else float(v) for v in (median, p99))
     return median, p99, float(errors.max())
-
-
-def force_accuracy(bodies: Any, softening: float = 0.0, *, G: float = 1.0,
-                   method: str | None = None, theta: float | None = None,
-                   leaf_size: int | None = None, dtype: str | None = None,
-                   tile_size: int | None = None, sample: int = 1000, seed: int = 0,
-                   client: Any = None) -> ForceErrors:
-    """How accurate a force method is on a body set: one force evaluation on the cluster
-    (:func:`nbody_dask.accelerations` with these parameters), measured against a float64
-    direct sum on ``sample`` random targets (:func:`force_errors`).
-
-    Examples
-    --------
-    >>> print(force_accuracy(nbody_dask.plummer(65536), method="tree"))  # doctest: +SKIP
-    relative force error over 1000 targets: median 9.9e-05, p99 5.6e-04, max 1.4e-03
-    """
-    from .simulation import accelerations
-
-    acc = accelerations(bodies, softening, G=G, method=method, theta=theta,
-                        leaf_size=leaf_size, dtype=dtype, tile_size=tile_size, client=client)
-    return force_errors(bodies, acc, softening=softening, G=G, sample=sample, seed=seed)
 
 
 # -- the sampled force errors recorded at snapshots (task functions, see graph.snapshot_graph) --

@@ -15,16 +15,7 @@ from types import ModuleType
 
 from distributed import Client
 
-__all__ = ["BACKENDS", "check_backend", "worker_has_gpu", "cluster_backend", "tile_kernels"]
-
-BACKENDS = ("auto", "cpu", "cuda")
-
-
-def check_backend(backend: object) -> str:
-    """Validate a backend name (before any cluster starts)."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    return str(backend)
+__all__ = ["worker_has_gpu", "cluster_backend", "tile_kernels"]
 
 
 @functools.lru_cache(maxsize=1)

@@ -105,7 +105,8 @@ def simulate_rate(n: int, steps: int = 30, dtype: str = "float32", snapshot_ever
     """
     import tempfile
 
-    from . import plummer, simulate
+    from .initial_conditions import plummer
+    from .simulation import simulate
     from .clusters import client_context
 
     if steps < 2 * snapshot_every:
@@ -161,7 +162,8 @@ def force_evaluation(n: int, method: str = "tree", theta: float | None = None,
     :func:`nbody_dask.accelerations` on ``client`` (the default local cluster if None): the
     best of ``reps`` times after a warm-up, and the relative force errors against a float64
     direct sum on 1,000 targets (:func:`nbody_dask.accuracy.force_errors`)."""
-    from . import accelerations, plummer
+    from .evaluate import accelerations
+    from .initial_conditions import plummer
     from .accuracy import force_errors
     from .clusters import client_context
 
@@ -186,7 +188,7 @@ def pytreegrav_evaluation(n: int, theta: float = 0.7, reps: int = 1,
     except ImportError:
         return None
 
-    from . import plummer
+    from .initial_conditions import plummer
     from .accuracy import force_errors
 
     bodies = plummer(n, seed=seed)

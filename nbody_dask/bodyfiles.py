@@ -25,7 +25,7 @@ import numpy as np
 import xarray as xr
 import zarr
 
-from . import __version__
+from ._version import __version__
 from ._validate import check_new_file
 from .bodies import as_bodies, make_bodies
 from .gadget import SUFFIXES, read_gadget, write_gadget

@@ -137,7 +137,7 @@ def _cluster_options(command):
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="nbody-dask")
 def main() -> None:
-    """Direct-summation gravitational N-body simulation on Dask."""
+    """Gravitational N-body simulation on Dask, by direct summation or a tree."""
 
 
 @main.command()
@@ -314,7 +314,7 @@ def accuracy(source, storage_options, snapshot, n, seed, method, theta, leaf_siz
     a trajectory store), or on initial conditions (SOURCE a kind or a body file)."""
     import nbody_dask
     from nbody_dask import config
-    from nbody_dask.accuracy import force_accuracy
+    from nbody_dask.evaluate import force_accuracy
     from nbody_dask.location import store_location
     from nbody_dask.plan import check_method, resolve_method
     from nbody_dask.storage import is_trajectory_store

@@ -18,6 +18,7 @@ import dask
 from distributed import Client, LocalCluster
 
 from . import config
+from ._optional import optional_import
 from .plan import check_layout
 
 __all__ = ["KINDS", "make", "local", "slurm", "cuda", "kubernetes", "connect", "client_context",
@@ -63,17 +64,6 @@ def local(
                         processes=processes, **kwargs)
 
 
-def _optional(module: str, extra: str, what: str):
-    """Import an optional back end, or fail at once saying which extra to install."""
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise ImportError(f"{what} needs {module.split('.')[0].replace('_', '-')}: "
-                          f"pip install 'nbody-dask[{extra}]' ({exc})") from None
-
-
 def slurm(jobs: int = 1, layout: str = "rows", **kwargs: Any):
     """A dask-jobqueue ``SLURMCluster``: each Slurm job runs Dask workers.
 
@@ -98,7 +88,7 @@ def slurm(jobs: int = 1, layout: str = "rows", **kwargs: Any):
         For an unknown layout, or ``layout="rows"`` with ``processes`` other than 1.
     """
     check_layout(layout)
-    jobqueue = _optional("dask_jobqueue", "slurm", "nbody_dask.clusters.slurm")
+    jobqueue = optional_import("dask_jobqueue", "slurm", "nbody_dask.clusters.slurm")
     kwargs.setdefault("python", sys.executable)
     if layout == "rows":
         if kwargs.get("processes", 1) != 1:
@@ -115,7 +105,7 @@ def slurm(jobs: int = 1, layout: str = "rows", **kwargs: Any):
 
 def cuda(**kwargs: Any):
     """A dask-cuda ``LocalCUDACluster``: one worker per GPU of this machine, on loopback."""
-    dask_cuda = _optional("dask_cuda", "gpu", "nbody_dask.clusters.cuda")
+    dask_cuda = optional_import("dask_cuda", "gpu", "nbody_dask.clusters.cuda")
     kwargs.setdefault("host", "127.0.0.1")
     kwargs.setdefault("dashboard_address", "127.0.0.1:0")
     return dask_cuda.LocalCUDACluster(**kwargs)
@@ -147,7 +137,7 @@ def kubernetes(**kwargs: Any):
     from . import k8s
 
     spec = k8s.cluster_spec(**{k: kwargs.pop(k) for k in _SPEC_KEYS if k in kwargs})
-    operator = _optional("dask_kubernetes.operator", "kubernetes",
+    operator = optional_import("dask_kubernetes.operator", "kubernetes",
                          "nbody_dask.clusters.kubernetes")
     kwargs.setdefault("resource_timeout", 60)
     before = set(operator.KubeCluster._instances)

@@ -10,7 +10,12 @@ import numpy as np
 
 from .bodies import Tile
 
-__all__ = ["tile_diagnostics", "as_record", "virial_ratio"]
+__all__ = ["tile_diagnostics", "as_record", "virial_ratio", "ERROR_STATISTICS"]
+
+#: The statistics of a snapshot's sampled force errors, in order (the store's ``statistic``
+#: coordinate; :func:`nbody_dask.accuracy.sampled_errors` computes them).
+ERROR_STATISTICS = ("median", "p99", "max")
+
 
 def tile_diagnostics(tile: Tile, G: float) -> np.ndarray:
     """Kinetic energy, potential energy, momentum and angular momentum of one tile.

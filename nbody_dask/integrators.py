@@ -4,7 +4,7 @@ One step of length ``dt`` from ``(x, v, a)``::
 
     v_half = v + a * dt/2          # opening half-kick   } open_step
     x_new  = x + v_half * dt       # drift               }
-    a_new  = F(x_new)              # one force evaluation (graph.py)
+    a_new  = F(x_new)              # one force evaluation (the run's force method)
     v_new  = v_half + a_new * dt/2 # closing half-kick   close_step
 
 The closing half-kick of step k uses the accelerations that also open step k+1, so each step

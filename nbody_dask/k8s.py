@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 from . import config
+from ._optional import optional_import
 from ._validate import check_int
 from .plan import check_layout
 
@@ -62,9 +63,7 @@ def _settings(**given: Any) -> dict[str, Any]:
 
 
 def _operator():
-    from .clusters import _optional
-
-    return _optional("dask_kubernetes.operator", "kubernetes", "nbody_dask.k8s")
+    return optional_import("dask_kubernetes.operator", "kubernetes", "nbody_dask.k8s")
 
 
 def _worker(s: dict[str, Any], env: dict[str, str] | None) -> dict[str, Any]:

@@ -1,10 +1,12 @@
 """The work of a run as plain data: tiles, the tasks of a step, reduction groups, submissions.
 
-Pure arithmetic on integers, no Dask and no arrays: :mod:`nbody_dask.graph` turns a
-:class:`Plan` into task graphs, and :mod:`nbody_dask.simulation` drives them. Everything that
-decides a run's floating-point result is here (tile bounds, which kernel computes which tile
-pair, in which order and groups partial forces are summed), so a run is reproducible from its
-plan alone, whatever the cluster.
+Pure arithmetic on integers, no Dask and no arrays: :mod:`nbody_dask.graph` and the force
+method (:mod:`nbody_dask.methods`, named by :attr:`Plan.method`) turn a :class:`Plan` into
+task graphs, and :mod:`nbody_dask.driver` submits them. Everything that decides a run's
+floating-point result is here or in the method's planning half (tile bounds, which kernel
+computes which tile pair, in which order and groups partial forces are summed), so a run is
+reproducible from its plan alone, whatever the cluster. A plan checks itself on
+construction, so one read back from a store is checked as one built from arguments.
 
 Two layouts share the arithmetic:
 
@@ -25,25 +27,27 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["LAYOUTS", "METHODS", "check_layout", "check_method", "resolve_method",
-           "TREE_CROSSOVER", "TREE_ONE_TILE_MAX", "NEAR_FAR_MIN_TILES", "Plan", "Part",
-           "tile_bounds", "auto_tile_size", "reduction_groups", "submission_ends"]
+from . import config, methods
+from ._validate import check_int, check_real
+
+if TYPE_CHECKING:
+    from .methods import ForceMethod
+
+__all__ = ["LAYOUTS", "BACKENDS", "DTYPES", "check_layout", "check_backend", "check_method", "resolve_method",
+           "TREE_CROSSOVER", "Plan", "Part",
+           "tile_bounds", "auto_tile_size", "direct_tile_size", "reduction_groups",
+           "submission_ends"]
 
 LAYOUTS = ("pairs", "rows")
-METHODS = ("auto", "direct", "tree")
+BACKENDS = ("auto", "cpu", "cuda")
+DTYPES = ("float32", "float64")
 
-#: ``method="auto"`` runs direct summation below this many bodies and the tree from it on.
-#: Measured with ``nbody-dask bench --method direct|tree`` (simulate() steps on the default
-#: local cluster of 2 cores): at 4,096 bodies direct summation's step was faster in float32
-#: (one fused task), at 8,192 the tree's (default accuracy) was 2-3x faster in both dtypes.
+#: ``method="auto"`` runs direct summation below this many bodies and the tree from it on:
+#: where a simulate() step with the tree became faster than a direct one on the default
+#: local cluster (measured: docs/performance.md).
 TREE_CROSSOVER = 8_192
-#: The tree on a one-worker cluster keeps up to this many bodies in one tile (see
-#: :func:`auto_tile_size`). Memory measured at half this size (4,194,304 float32 bodies, one
-#: in-process worker): 1.4 GiB peak for the whole process, input bodies included
-#: (``benchmarks/memory.py --n 4194304 --workers 1 --method tree``).
-TREE_ONE_TILE_MAX = 8_388_608
 
 Part = tuple[tuple[int, int], int | None]
 """A partial force on a target tile: ``((i, j), side)``, the tile-pair task ``(i, j)`` and,
@@ -51,12 +55,6 @@ for a symmetric task, which of its two results (0: on tile ``i``, 1: on tile ``j
 a task whose one result is the force on its target."""
 
 
-#: Default fewest spatial tiles (``nbody.near-far-tiles``) for which the tree method classifies
-#: tile pairs near or far and evaluates the far ones in one task per tile; with fewer, every
-#: pair is walked. Measured on a Plummer sphere of 1,048,576 bodies at theta = 0.4: 95% of
-#: the pairs of 16 tiles are near, 55% of 64, 22% of 256 and 8% of 1,024
-#: (benchmarks/far_field.py).
-NEAR_FAR_MIN_TILES = 32
 
 
 def check_layout(layout: object) -> str:
@@ -66,11 +64,21 @@ def check_layout(layout: object) -> str:
     return str(layout)
 
 
+def check_backend(backend: object) -> str:
+    """``backend`` if it names a kernel backend (:data:`BACKENDS`, see
+    :mod:`nbody_dask.backends`), else a ValueError naming it."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    return str(backend)
+
+
 def check_method(method: object) -> str:
-    """``method`` if it names a force method (:data:`METHODS`), else a ValueError naming it."""
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    return str(method)
+    """``method`` if it is ``"auto"`` or names a force method (:func:`nbody_dask.methods.
+    names`), else a ValueError naming it."""
+    known = ("auto", *methods.names())
+    if not isinstance(method, str) or method not in known:
+        raise ValueError(f"method must be one of {known}, got {method!r}")
+    return method
 
 
 def resolve_method(method: str, n: int) -> str:
@@ -87,7 +95,15 @@ def tile_bounds(n: int, tile_size: int) -> list[tuple[int, int]]:
 
 def auto_tile_size(n: int, threads: int, backend: str = "cpu", layout: str = "pairs",
                    workers: int = 1, method: str = "direct") -> int:
-    """Default tile size for ``n`` bodies on a cluster with ``threads`` worker threads.
+    """Default tile size of ``method`` (:meth:`nbody_dask.methods.ForceMethod.tile_size`)
+    for ``n`` bodies on a cluster with ``threads`` worker threads in ``workers`` processes."""
+    return methods.get(method).tile_size(n, threads, workers, layout, backend)
+
+
+def direct_tile_size(n: int, threads: int, backend: str = "cpu", layout: str = "pairs",
+                     workers: int = 1) -> int:
+    """Default tile size of direct summation for ``n`` bodies on a cluster with ``threads``
+    worker threads.
 
     With ``layout="rows"`` there is one tile per worker (``workers``): each worker's row task
     then uses all its cores, and a step is about ``2 * workers`` tasks.
@@ -95,8 +111,9 @@ def auto_tile_size(n: int, threads: int, backend: str = "cpu", layout: str = "pa
     On GPUs (``backend="cuda"``) tiles are large (>= 65,536 bodies, at most 4 per step's
     row) so that each kernel launch runs long against its transfers.
 
-    On CPUs, up to 4,096 bodies the whole system is one tile: a step then costs ~10 ms of
-    kernel, about one Dask round trip, and runs as a fused task of many steps. Beyond that the
+    On CPUs, up to 4,096 bodies the whole system is one tile: a step then costs about as much
+    kernel time as one Dask round trip (docs/performance.md), and runs as a fused task of many
+    steps. Beyond that the
     number of tiles ``T`` is the smallest that
 
     * gives at least two tile pairs per thread (``T**2 >= 2 * threads``) and tiles of at most
@@ -120,17 +137,13 @@ def auto_tile_size(n: int, threads: int, backend: str = "cpu", layout: str = "pa
     layout : {"pairs", "rows"}
         Task layout (see the module docstring).
     workers : int
-        Worker processes of the cluster (used by ``layout="rows"`` and the tree).
-    method : {"direct", "tree"}
-        Force method; the tree's tiles are spatial, see :func:`_tree_tile_size`.
+        Worker processes of the cluster (used by ``layout="rows"``).
 
     Returns
     -------
     int
         Bodies per tile (the last tile holds the remainder).
     """
-    if method == "tree":
-        return _tree_tile_size(n, threads, workers, layout)
     if layout == "rows":
         return max(1, math.ceil(n / max(1, int(workers))))
     if backend == "cuda":
@@ -143,30 +156,6 @@ def auto_tile_size(n: int, threads: int, backend: str = "cpu", layout: str = "pa
     while tiles < most and _balance(tiles, threads) < 0.9:
         tiles += 1
     return max(1, math.ceil(n / tiles))
-
-
-def _tree_tile_size(n: int, threads: int, workers: int = 1, layout: str = "pairs") -> int:
-    """Tile size of the tree method.
-
-    On one worker, up to :data:`TREE_ONE_TILE_MAX` bodies are one tile: one fused task whose
-    walk runs on all the worker's threads, with no re-tiling and no routing back to body
-    order (measured on 2 threads: 1.2-1.7x faster than 3 or 4 spatial tiles from 262,144 to
-    4,194,304 bodies, and as accurate as one global tree). On several workers, and beyond
-    that size: with ``layout="rows"`` a tile per worker (each worker's row task walks on
-    all its cores), at most :data:`TREE_ONE_TILE_MAX` bodies a tile; with ``"pairs"``,
-    ``T`` spatial tiles with ``T**2 >= 4 * threads`` tile-pair tasks, so that the threads
-    share a step's uneven pair tasks (a tile with itself costs most, a far pair little),
-    and at most 1,048,576 bodies a tile (the memory of one task). Never tiles under 4,096
-    bodies.
-    """
-    workers = max(1, int(workers))
-    if n <= 16_384 or (workers == 1 and n <= TREE_ONE_TILE_MAX):
-        return max(n, 1)
-    if layout == "rows":
-        tiles = max(workers, math.ceil(n / TREE_ONE_TILE_MAX))
-    else:
-        tiles = max(math.ceil(math.sqrt(4 * max(1, int(threads)))), math.ceil(n / 1_048_576))
-    return max(1, math.ceil(n / min(tiles, n // 4_096)))
 
 
 def _balance(tiles: int, threads: int) -> float:
@@ -200,13 +189,19 @@ def submission_ends(snapshot_steps: list[int], max_steps: int) -> Iterator[int]:
         prev = snap
 
 
+#: Plan fields that default to the configuration's ``nbody.<field-with-dashes>``.
+_CONFIGURED = ("dtype", "tile_size", "split_every", "layout", "theta", "leaf_size",
+               "retile_every", "near_far_tiles")
+
+
 @dataclass(frozen=True)
 class Plan:
     """A run's validated parameters and the arithmetic they fix.
 
-    Stored in the trajectory (:meth:`stored`), so that a resume repeats it exactly. Fields
-    left None (``tile_size``) or ``"auto"`` (``backend``) are settled by :meth:`settle` once
-    the cluster is known.
+    Stored in the trajectory (:meth:`stored`), so that a resume repeats it exactly. The
+    fields of ``_CONFIGURED`` left None take the configuration's defaults
+    (:mod:`nbody_dask.config`) at construction; a ``tile_size`` still None and
+    ``backend="auto"`` are settled by :meth:`settle` once the cluster is known.
 
     Attributes
     ----------
@@ -254,41 +249,71 @@ class Plan:
     softening: float = 0.0
     G: float = 1.0
     snapshot_every: int | None = None
-    dtype: str = "float64"
+    dtype: str | None = None
     tile_size: int | None = None
-    split_every: int = 8
+    split_every: int | None = None
     backend: str = "cpu"
     symmetric: bool = False
-    layout: str = "pairs"
+    layout: str | None = None
     method: str = "direct"
-    theta: float = 0.4
-    leaf_size: int = 64
-    retile_every: int = 10
+    theta: float | None = None
+    leaf_size: int | None = None
+    retile_every: int | None = None
     force_error_sample: int = 0
-    near_far_tiles: int = NEAR_FAR_MIN_TILES
+    near_far_tiles: int | None = None
 
     def __post_init__(self) -> None:
+        self._check_numbers()
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if not isinstance(self.symmetric, bool):
+            raise TypeError(f"symmetric must be True or False, got {self.symmetric!r}")
+        check_backend(self.backend)
         check_layout(self.layout)
         if check_method(self.method) == "auto":
-            raise ValueError("a plan's method is 'direct' or 'tree' (see resolve_method)")
-        if self.method == "tree" and self.backend == "cuda":
-            raise ValueError("method='tree' runs on CPUs; backend='cuda' needs "
-                             "method='direct'")
+            raise ValueError(f"a plan's method is one of {methods.names()} (see "
+                             "resolve_method), got 'auto'")
         if self.layout == "rows" and self.backend == "cuda":
             raise ValueError("layout='rows' runs the parallel CPU kernel; backend='cuda' "
                              "needs layout='pairs'")
+        self.force_method.check(self)
+
+    def _check_numbers(self) -> None:
+        """Fill the fields left None from the configuration (``nbody.yaml``, the one source
+        of defaults), check every number against its range (each error names the field and
+        the value) and keep it as a plain int or float."""
+        def keep(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+
+        for name in _CONFIGURED:
+            if getattr(self, name) is None:
+                keep(name, config.get(name.replace("_", "-")))
+
+        for name, minimum in (("n", 0), ("steps", 0), ("split_every", 2), ("leaf_size", 1),
+                              ("retile_every", 1), ("force_error_sample", 0),
+                              ("near_far_tiles", 1)):
+            keep(name, check_int(name, getattr(self, name), minimum))
+        for name in ("snapshot_every", "tile_size"):
+            if getattr(self, name) is not None:
+                keep(name, check_int(name, getattr(self, name), 1))
+        for name, positive in (("dt", True), ("softening", False), ("G", True),
+                               ("theta", True)):
+            keep(name, check_real(name, getattr(self, name), positive=positive,
+                                  nonnegative=not positive))
+        if self.theta > 1:
+            raise ValueError(f"theta must be in (0, 1], got {self.theta!r}")
+
+    @property
+    def force_method(self) -> ForceMethod:
+        """The :class:`~nbody_dask.methods.ForceMethod` named by :attr:`method`."""
+        return methods.get(self.method)
 
     # -- settling against a cluster ---------------------------------------------------------
 
     def settle(self, threads: int, workers: int, backend: str) -> Plan:
-        """This plan with the tile size and backend chosen for a cluster (unless given)."""
-        if self.layout == "rows" or self.method == "tree":
-            backend = "cpu"
-        tile = self.tile_size or auto_tile_size(self.n, threads, backend, self.layout, workers,
-                                                self.method)
-        return replace(self, tile_size=tile, backend=backend,
-                       symmetric=(self.symmetric and backend == "cpu" and self.layout == "pairs"
-                                  and self.method == "direct"))
+        """This plan with the tile size and backend chosen for a cluster (unless given), by
+        its method (:meth:`~nbody_dask.methods.ForceMethod.settle`)."""
+        return self.force_method.settle(self, threads, workers, backend)
 
     def stored(self) -> dict[str, Any]:
         """The plan as plain JSON-able data, as kept in the store."""
@@ -316,8 +341,9 @@ class Plan:
 
     @property
     def spatial(self) -> bool:
-        """Tiles are re-cut along the Morton curve (the tree method with several tiles)."""
-        return self.method == "tree" and self.n_tiles > 1
+        """Bodies move between tiles (the tree re-cuts tiles along the Morton curve when
+        there are several): the method's :meth:`~nbody_dask.methods.ForceMethod.reorders`."""
+        return self.force_method.reorders(self)
 
     def retile_steps(self) -> frozenset[int]:
         """Steps whose force evaluation follows a re-tiling (none unless :attr:`spatial`):
@@ -358,13 +384,13 @@ class Plan:
         only ``i <= j`` exist, and ``(i, j)`` with ``i < j`` gives the forces on both tiles.
         """
         t = self.n_tiles
-        if self.symmetric and self.method == "direct":
+        if self.symmetric:
             return [(i, j) for i in range(t) for j in range(i, t)]
         return [(i, j) for i in range(t) for j in range(t)]
 
     def parts(self, target: int) -> list[Part]:
         """The partial forces on tile ``target``, one per source tile, in source order."""
-        if not self.symmetric or self.method == "tree":
+        if not self.symmetric:
             return [((target, j), None) for j in range(self.n_tiles)]
         return [((target, target), None) if j == target
                 else ((target, j), 0) if target < j else ((j, target), 1)
@@ -402,21 +428,8 @@ class Plan:
         return reduction_groups(self.n_tiles, self.split_every)
 
     def tasks_per_step(self) -> int:
-        """Tasks of one step's graph (snapshots not included)."""
-        t = self.n_tiles
-        if self.fused:
-            return 1
-        if self.layout == "rows" and self.method == "direct":
-            return 2 * t + len(self.source_blocks())  # drift, blocks, row (forces and kick)
-        combines = sum(len(level) for level in self.groups()) * t
-        if self.method == "tree":  # trees, and a re-tiling's 4 T + T B + 2 now and then
-            moves = t * len(self.shuffle_blocks())
-            retile = math.ceil((4 * t + moves + 2) / max(1, self.retile_every))
-            if self.layout == "rows":  # drift, tree, row; summaries and forest
-                return 3 * t + (t + 1 if self.near_far else 0) + retile
-            far = 2 * t + 1 if self.near_far else 0  # summaries, forest, far tasks
-            return 3 * t + far + len(self.pair_tasks()) + combines + retile
-        return 2 * t + len(self.pair_tasks()) + combines
+        """Tasks of one step's graph (snapshots not included), as the method counts them."""
+        return self.force_method.tasks_per_step(self)
 
     def steps_per_submission(self, max_tasks: int) -> int:
         """Steps submitted at once: at most ``max_tasks`` tasks (fused: ~1e9 interactions)."""

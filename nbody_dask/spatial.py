@@ -29,7 +29,7 @@ import numpy as np
 from numba import njit
 
 from .bodies import Tile
-from .kernels.tree import morton_keys
+from .kernels.octree import morton_keys
 
 __all__ = ["SAMPLE_PER_TILE", "sample_stride", "tile_extent", "bounding_cube", "curve_keys",
            "key_sample", "splitters", "cut_by_splitters", "merge_parts", "cut_by_chunk",

@@ -44,8 +44,8 @@ import xarray as xr
 import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
-from .accuracy import ERROR_STATISTICS
 from .bodies import AXES, Tile
+from .diagnostics import ERROR_STATISTICS
 from .lease import LeaseLostError, holds, is_lease_file, refuse_if_in_use
 from .location import LocalLocation, StoreLocation, store_location
 

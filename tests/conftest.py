@@ -16,6 +16,17 @@ def client():
 
 
 @pytest.fixture
+def kernel_threads():
+    """For a test that changes this thread's Numba thread count: set back afterwards, so
+    that no later test runs with it."""
+    import numba
+
+    before = numba.get_num_threads()
+    yield
+    numba.set_num_threads(before)
+
+
+@pytest.fixture
 def store(tmp_path):
     """Path of a trajectory store that does not exist yet."""
     return tmp_path / "run.zarr"

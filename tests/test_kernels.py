@@ -217,7 +217,8 @@ def test_kernel_is_vectorised_without_float64_promotion(dtype, packed):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("threads", [1, 2, None])
-def test_parallel_row_kernel_equals_the_serial_kernel_bit_for_bit(dtype, threads):
+def test_parallel_row_kernel_equals_the_serial_kernel_bit_for_bit(dtype, threads,
+                                                                  kernel_threads):
     """The rows layout's kernel: each source tile's partial equals the serial kernel's, for
     any thread count, sizes that are not multiples of the blocks, with and without the
     potential, on the diagonal too (coincident bodies with eps = 0 included)."""

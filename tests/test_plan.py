@@ -127,3 +127,55 @@ def test_stored_plan_round_trips():
     old = {"steps": 3, "dt": 0.5, "softening": 0.1, "G": 1.0, "snapshot_every": None,
            "dtype": "float64", "tile_size": 4, "split_every": 8}  # before the plan was stored
     assert Plan.from_stored(old, 10).layout == "pairs"
+
+
+# -- the tree's planning half (nbody_dask.methods.tree) ----------------------------------------
+
+tree_plans = st.builds(
+    lambda n, tiles, steps, every, retile, layout: Plan(
+        n=n, steps=steps, dt=0.01, snapshot_every=every, tile_size=-(-n // tiles),
+        method="tree", retile_every=retile, layout=layout),
+    st.integers(1, 5000), st.integers(1, 40), st.integers(0, 60),
+    st.one_of(st.none(), st.integers(1, 30)), st.integers(1, 15),
+    st.sampled_from(["pairs", "rows"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(tree_plans)
+def test_tree_windows_cover_the_run_and_restart_at_every_snapshot(plan):
+    """Re-tilings: every snapshot step (so a resume re-tiles where the run did) and every
+    ``retile_every`` steps; each step's forces use the window that starts at the last
+    re-tiling at or before it; the last window ends at the last step."""
+    retile = plan.retile_steps()
+    if not plan.spatial:
+        assert retile == frozenset()
+        return
+    assert set(plan.snapshot_steps()) <= retile
+    assert set(range(0, plan.steps + 1, plan.retile_every)) <= retile
+    for step in range(plan.steps + 1):
+        start = max(r for r in retile if r <= step)
+        end = plan.window_end(start)
+        assert start <= step <= end <= plan.steps
+        assert not any(start < r <= end for r in retile)
+    assert plan.window_end(max(retile)) == plan.steps
+    assert plan.tasks_per_step() >= (1 if plan.fused else 3 * plan.n_tiles)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 10**9), st.integers(1, 4096), st.integers(1, 512),
+       st.sampled_from(["pairs", "rows"]))
+def test_tree_tiles_are_few_bounded_and_cover_the_bodies(n, threads, workers, layout):
+    from nbody_dask.methods.tree import TREE_ONE_TILE_MAX, tree_tile_size
+
+    size = tree_tile_size(n, threads, workers, layout)
+    tiles = -(-n // size)
+    assert 1 <= size and tiles * size >= n
+    if n <= 16_384 or (workers == 1 and n <= TREE_ONE_TILE_MAX):
+        assert tiles == 1  # one tile: no re-tiling, the walk on all threads
+    else:
+        assert size >= 4_096 or tiles == 1
+        if layout == "rows":
+            assert size <= TREE_ONE_TILE_MAX + 1 and tiles >= min(workers, n // 4_096)
+        else:  # at most 1,048,576 bodies a tile (one task's memory), T**2 >= 4 threads
+            assert size <= 1_048_577
+            assert tiles**2 >= min(4 * threads, (n // 4_096) ** 2)

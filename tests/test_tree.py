@@ -11,7 +11,8 @@ import pytest
 import nbody_dask
 from nbody_dask.accuracy import direct_reference, force_errors
 from nbody_dask.kernels import tree
-from nbody_dask.kernels.tree import THETA, build_tree, morton_keys, tree_accelerations
+from nbody_dask import config
+from nbody_dask.kernels.tree import build_tree, morton_keys, tree_accelerations
 from nbody_dask.spatial import bounding_cube
 from nbody_dask.testing import direct_sum_reference
 
@@ -20,9 +21,16 @@ def _direct(position, mass, softening=0.0, targets=None):
     return direct_sum_reference(position, mass, softening, targets=targets)[0]
 
 
-def _tree(bodies, dtype, **kwargs):
+#: The default opening angle (nbody.yaml: the one source of defaults).
+THETA = config.get("theta")
+LEAF = config.get("leaf-size")
+
+
+def _tree(bodies, dtype, softening=0.0, theta=None, leaf_size=None):
+    """The tree's accelerations (n, 3), at the configured defaults unless given."""
     pos = bodies.position.values.T.astype(dtype)
-    return tree_accelerations(pos, bodies.mass.values.astype(dtype), **kwargs).T
+    return tree_accelerations(pos, bodies.mass.values.astype(dtype), softening,
+                              config.get("theta", theta), config.get("leaf-size", leaf_size)).T
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 97, 1000])
@@ -108,11 +116,24 @@ def test_tree_cells_cover_the_bodies_in_pre_order():
                                         (dict(leaf_size=0), "leaf_size must be >= 1")])
 def test_bad_parameters_are_named(bad, match):
     with pytest.raises(ValueError, match=match):
-        tree_accelerations(np.zeros((3, 4)), np.ones(4), **bad)
+        tree_accelerations(np.zeros((3, 4)), np.ones(4), **{"softening": 0.0, "theta": 0.5,
+                                                            "leaf_size": 8, **bad})
 
 
-def test_default_theta_is_documented_value():
+def test_the_defaults_come_from_the_configuration_alone():
+    """theta and leaf_size: nbody.yaml's values in a plan, none in the kernels."""
+    import inspect
+
+    from nbody_dask.kernels import farfield, octree, walk
+    from nbody_dask.plan import Plan
+
     assert 0 < THETA <= 1
+    plan = Plan(n=10, steps=1, dt=0.1, method="tree")
+    assert (plan.theta, plan.leaf_size) == (THETA, config.get("leaf-size"))
+    for function in (walk.walk, walk.tree_accelerations, farfield.far_walk, octree.build):
+        for name in ("theta", "leaf_size"):
+            parameter = inspect.signature(function).parameters.get(name)
+            assert parameter is None or parameter.default is inspect.Parameter.empty
 
 
 # -- the accuracy API ----------------------------------------------------------------------
@@ -190,7 +211,7 @@ def _curve_tiles(position, n_tiles):
 
 def _tile_trees(position, mass, tiles):
     """The tiles' trees in the cube of all bodies (as the re-tiling builds them)."""
-    return [tree.build(position[:, t], mass[t], cube=_cube(position)) for t in tiles]
+    return [tree.build(position[:, t], mass[t], LEAF, cube=_cube(position)) for t in tiles]
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -231,7 +252,7 @@ def test_refit_keeps_the_cells_and_follows_the_bodies():
     """A refitted tree has the old cells (each holds the same bodies) and the moments of the
     new positions; its walks stay accurate after the bodies moved."""
     position, mass = _two_clumps(4000, np.float64)
-    built = tree.build(position, mass)
+    built = tree.build(position, mass, LEAF)
     again = tree.refit(built, position, mass)
     for name in ("mass", "com", "quad", "bmax", "x"):
         np.testing.assert_array_equal(getattr(again, name), getattr(built, name))
@@ -282,7 +303,7 @@ import nbody_dask
 from nbody_dask.kernels import tree
 position = nbody_dask.plummer(3000, seed=4).position.values.T.copy()
 mass = np.full(3000, 1 / 3000)
-near, far = tree.build(position[:, :1500], mass[:1500]), tree.build(position[:, 1500:], mass[1500:])
+near, far = tree.build(position[:, :1500], mass[:1500], 64), tree.build(position[:, 1500:], mass[1500:], 64)
 np.save(sys.argv[1], np.stack([tree.walk(near, far, 1e-4, theta, True, False)
                                for theta in (0.4, 1.0)]))
 """
@@ -320,7 +341,7 @@ def test_spatial_tiles_are_as_accurate_as_one_tree():
         got = acc.T[targets]
         return np.median(np.linalg.norm(got - ref, axis=1) / np.linalg.norm(ref, axis=1))
 
-    one = tree.build(position, mass)
+    one = tree.build(position, mass, LEAF)
     assert not one.acceptable[0] and one.acceptable[one.leaf].all()
     one_error = median_error(tree.walk(one, one, 0.0, 0.4, same=True))
     for n_tiles in (3, 64):
@@ -340,7 +361,7 @@ def test_massless_bodies_feel_the_field_and_leave_it_unchanged():
     probes = np.random.default_rng(1).uniform(-30, 30, size=(500, 3))
     position = np.concatenate([bodies.position.values, probes])
     mass = np.concatenate([bodies.mass.values, np.zeros(500)])
-    got = tree_accelerations(position.T.copy(), mass, 0.01, THETA).T
+    got = tree_accelerations(position.T.copy(), mass, 0.01, THETA, LEAF).T
     assert np.isfinite(got).all()
     ref = _direct(position, mass, 0.01)
     err = np.linalg.norm(got - ref, axis=1) / np.linalg.norm(ref, axis=1)

@@ -369,20 +369,21 @@ def test_rows_layout_runs_a_task_per_tile_a_step():
     """With "rows", a step of a near/far window is a drift, a refit tree, a summary and a row
     task per tile and the forest: no task per tile pair, whatever the near sets."""
     from nbody_dask import graph
+    from nbody_dask.methods.tree import TreeWindow
 
     t = 8
     plan = Plan(n=4000, steps=20, dt=0.1, method="tree", layout="rows", tile_size=500,
                 near_far_tiles=2)
-    window = graph.TreeWindow([f"tree-{i}" for i in range(t)], [list(range(i + 1))
-                                                                for i in range(t)])
-    dsk, _, fetched = next(graph.steps_pieces(plan, "tok", [f"tile-{i}" for i in range(t)],
-                                              window, 2, 3, frozenset()))
-    assert fetched == 0 and len(dsk) == 2 * (4 * t + 1)
+    window = TreeWindow([f"tree-{i}" for i in range(t)], [list(range(i + 1))
+                                                          for i in range(t)])
+    piece = next(graph.steps_pieces(plan, "tok", [f"tile-{i}" for i in range(t)],
+                                    window, 2, 3, frozenset()))
+    assert piece.fetch is None and len(piece.graph) == 2 * (4 * t + 1)
     assert plan.tasks_per_step() == 4 * t + 1 + math.ceil((4 * t + t * t + 2) / 10)
     pairs = replace(plan, layout="pairs")  # a walk per near pair, a far task, a kick
-    dsk, _, _ = next(graph.steps_pieces(pairs, "tok", [f"tile-{i}" for i in range(t)],
-                                        window, 2, 3, frozenset()))
-    assert len(dsk) == 2 * (4 * t + 1 + sum(range(1, t + 1)) + (t - 1))
+    piece = next(graph.steps_pieces(pairs, "tok", [f"tile-{i}" for i in range(t)],
+                                    window, 2, 3, frozenset()))
+    assert len(piece.graph) == 2 * (4 * t + 1 + sum(range(1, t + 1)) + (t - 1))
 
 
 def test_snapshots_record_the_sampled_force_errors(client, tmp_path):
@@ -526,7 +527,7 @@ def test_a_window_whose_far_tiles_bodies_outrun_walks_every_pair(client, monkeyp
     import dask
     import warnings
 
-    from nbody_dask import graph
+    from nbody_dask import tasks
 
     fast = _clumps(fast=40.0)
     kw = dict(steps=8, snapshot_every=4, dtype="float64")
@@ -535,9 +536,9 @@ def test_a_window_whose_far_tiles_bodies_outrun_walks_every_pair(client, monkeyp
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # no restart
             margin = _run(client, fast, **kw).load()
-        monkeypatch.setattr(graph, "near_in_window",
+        monkeypatch.setattr(tasks, "near_in_window",
                             lambda forest, theta, duration, *motions:
-                            graph.near_now(forest, theta))
+                            tasks.near_now(forest, theta))
         with pytest.warns(RuntimeWarning, match=r"outran|margin") as caught:
             outrun = _run(client, fast, **kw).load()
     assert any(re.search(r"walking every tile pair in steps [15]-[37]", str(w.message))

@@ -16,13 +16,12 @@ Contract (shared with :mod:`nbody_dask.kernels.cuda`):
   per interaction; the outer loop runs over targets, four at a time (register blocking:
   each source is loaded once for four targets).
 
-Numba pitfalls measured on this project's machines, and avoided here:
+Numba pitfalls avoided here (their cost is measured in docs/performance.md):
 
 * ``error_model='python'`` (the default for non-parallel ``@njit``) keeps the division in
-  the inner loop scalar: 16x slower. We use ``error_model='numpy'``.
-* Python float literals are float64 and silently promote float32 arithmetic (2.3x slower).
-  Constants are therefore taken from the inputs' dtype (``one`` below), never written as
-  literals.
+  the inner loop scalar. We use ``error_model='numpy'``.
+* Python float literals are float64 and silently promote float32 arithmetic. Constants are
+  therefore taken from the inputs' dtype (``one`` below), never written as literals.
 """
 
 from __future__ import annotations
@@ -320,7 +319,7 @@ def symmetric_pair_forces(target_position, target_mass, source_position, source_
     The separation, ``1 / r`` and ``1 / r^3`` of each pair serve both bodies: the target gets
     ``+m_j s d`` and the source ``-m_i s d``. Against two calls of :func:`accel_tile` this
     saves the costly part of every interaction for a few more multiply-adds and a load and
-    store of the sources' sums; measured ~1.5x the interactions per second. For two distinct
+    store of the sources' sums (the gain is measured in docs/performance.md). For two distinct
     tiles (the self tile goes through :func:`self_tile_forces`). Targets go four at a time;
     past the end of the tile, lanes repeat the last target with zero mass, so any lengths
     work.

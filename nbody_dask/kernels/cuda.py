@@ -8,7 +8,7 @@ law of :mod:`nbody_dask.kernels.law` compiled for the device with libdevice's ``
 special-function instruction, where ``1 / sqrt`` under ``fastmath`` is two).
 Each staged chunk is summed on its own and then added to the running total (two-level
 summation): in float32 over ~10^5 sources this keeps the round-off at the CPU kernel's level,
-where one serial sum was ten times further off (measured on an H200). float32 and float64; no
+where one serial sum was far further off (docs/performance.md). float32 and float64; no
 float64 literal enters the float32 kernel.
 
 ``import nbody_dask`` does not import this module, and importing it needs no GPU: kernels are
@@ -45,11 +45,10 @@ __all__ = ["BLOCK", "TARGETS_PER_THREAD", "SIMULATOR_SHAPE", "VARIANTS", "availa
            "DEVICE_CACHE"]
 
 #: Threads per block, and sources staged in shared memory per pass (default). With
-#: :data:`TARGETS_PER_THREAD` the fastest shape measured on an H200 (40.6% of its FP32 peak
-#: at N = 262,144; ``benchmarks/results/2026-12-04-h200-gpu-check.json``).
+#: :data:`TARGETS_PER_THREAD` the fastest shape measured on an H200 (docs/performance.md).
 BLOCK = 256
 #: Target bodies per thread (default): each source read from shared memory serves this many.
-#: 8 fit in registers; 16 spill and run at a third of the speed.
+#: 8 fit in registers; 16 spill.
 TARGETS_PER_THREAD = 8
 #: The default launch shape under Numba's simulator, which runs a Python thread per CUDA
 #: thread: a small block keeps simulated runs fast (every shape of :data:`VARIANTS` is still

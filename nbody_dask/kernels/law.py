@@ -36,7 +36,7 @@ __all__ = ["inverse_distance", "reciprocal_sqrt", "compile_for", "FAST_MATH", "J
 FAST_MATH = frozenset({"nnan", "ninf", "arcp", "contract", "afn", "reassoc"})
 
 #: Numba options of the CPU kernels: no GIL, cached on disk, SIMD-friendly floating point
-#: (:data:`FAST_MATH`), NumPy's error model (Python's keeps divisions scalar: 16x slower).
+#: (:data:`FAST_MATH`), NumPy's error model (Python's keeps divisions scalar).
 JIT_OPTIONS = dict(nogil=True, cache=True, fastmath=set(FAST_MATH), error_model="numpy",
                    boundscheck=False)
 

@@ -1,0 +1,74 @@
+"""What a trajectory store's attributes hold, both ways: written from a plan, read back.
+
+The plan is stored whole as JSON (``config``), so that a resume repeats the run's arithmetic
+exactly; the attributes beside it (``G``, ``dt``, ``method`` and the method's parameters, the
+unit system...) are for people and for xarray. :mod:`nbody_dask.storage` lays the arrays out.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import xarray as xr
+
+from ._version import __version__
+from .integrators import INTEGRATOR
+from .plan import Plan
+from .units import UnitSystem
+
+__all__ = ["PHYSICAL_UNIT_ATTRS", "store_attrs", "cf_units", "stored_plan"]
+
+#: Body-set attributes copied to the store, to declare what one code unit is physically
+#: (e.g. ``bodies.attrs["length_unit"] = "1 kpc"``); ``units`` is copied too.
+PHYSICAL_UNIT_ATTRS = ("length_unit", "mass_unit", "time_unit", "velocity_unit")
+
+
+def store_attrs(plan: Plan, bodies: xr.Dataset) -> dict[str, Any]:
+    """The attributes of a new store for ``plan`` (settled) and its initial ``bodies``."""
+    return {
+        "title": "nbody_dask trajectory",
+        "G": plan.G,
+        "softening": plan.softening,
+        "dt": plan.dt,
+        "integrator": INTEGRATOR,
+        "dtype": plan.dtype,
+        "units": bodies.attrs.get("units", "N-body (Henon) units: G = M = 1, E = -1/4"),
+        "snapshot_every": plan.snapshot_every or plan.steps,
+        "tile_size": plan.tile_size,
+        "backend": plan.backend,
+        "symmetric": int(plan.symmetric),
+        "layout": plan.layout,
+        "method": plan.method,
+        **{name: getattr(plan, name) for name in plan.force_method.parameters},
+        **({"force_error_sample": plan.force_error_sample} if plan.force_error_sample else {}),
+        "nbody_dask_version": __version__,
+        "config": json.dumps(plan.stored()),
+        **{k: bodies.attrs[k] for k in PHYSICAL_UNIT_ATTRS if k in bodies.attrs},
+    }
+
+
+def cf_units(bodies: xr.Dataset) -> dict[str, str] | None:
+    """CF ``units`` of the store's variables when the bodies carry a physical unit system
+    that astropy reads; None otherwise (``length_unit`` and the like written by hand as free
+    text, or no astropy: the attributes are stored as they are)."""
+    if not all(k in bodies.attrs for k in ("length_unit", "mass_unit")):
+        return None
+    try:
+        return UnitSystem.from_attrs(bodies.attrs).cf_units()
+    except (ImportError, TypeError, ValueError):
+        return None
+
+
+def stored_plan(trajectory: xr.Dataset, backend: str) -> Plan:
+    """The plan of a stored run, with the kernel backend asked for now; checked as any plan.
+
+    The arithmetic (tiles, reduction, symmetric kernel, layout, method) is the stored one, so
+    a resume repeats it exactly; stores written before the plan was stored ran the
+    ``"pairs"`` layout and keep their tile size and kernel in separate attributes.
+    """
+    attrs = trajectory.attrs
+    stored = {"method": "direct", **json.loads(attrs["config"]),
+              "tile_size": int(attrs["tile_size"]),
+              "symmetric": bool(attrs.get("symmetric", 0)), "backend": backend}
+    return Plan.from_stored(stored, trajectory.sizes["body"])

@@ -1,0 +1,264 @@
+"""The functions the workers run: one per kind of task of a run's graphs, no graph code.
+
+Each is a plain function of tiles, arrays and small frozen parameter records
+(:class:`Forces`, :class:`Closing`, :class:`Walk`); :mod:`nbody_dask.graph` and the force
+methods (:mod:`nbody_dask.methods`) only arrange them into graphs, and never call a kernel.
+
+Partial forces are arrays of shape (3, n) or (4, n) (the potential in row 3), with G = 1;
+G is applied once, after the reduction, by :func:`close`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .backends import tile_kernels
+from .bodies import Tile
+from .diagnostics import tile_diagnostics
+from .integrators import check_finite, close_step
+from .kernels import cpu, rows
+from .kernels import tree as trees
+from .location import StoreLocation
+from .plan import reduction_groups
+from .storage import write_tile
+
+__all__ = ["Forces", "Closing", "Walk", "PairForces", "pair_forces", "symmetric_pair_forces",
+           "self_forces", "gather_sources", "row_forces", "tile_tree", "tree_pair_forces",
+           "refit_tree", "tree_summary", "tree_forest", "near_now", "tile_motion",
+           "near_in_window", "far_forces", "sum_in_order", "sum_sides", "reduce_in_groups",
+           "close", "close_row", "close_tree_row", "write_and_measure", "merge_picked",
+           "append"]
+
+
+@dataclass(frozen=True)
+class Forces:
+    """What a force task computes: the softening, and the potential too (snapshot steps)."""
+
+    softening: float
+    with_potential: bool
+
+    def eps2(self, dtype: Any):
+        """Squared softening in ``dtype`` (no float64 enters a float32 kernel)."""
+        ftype = np.dtype(dtype).type
+        return ftype(self.softening) * ftype(self.softening)
+
+
+@dataclass(frozen=True)
+class Closing:
+    """What a closing task does after the reduction: multiply by ``G``, kick by ``dt / 2``
+    (None: the initial evaluation, no kick), and check the state of ``step`` is finite."""
+
+    step: int
+    G: float
+    dt: float | None
+
+
+@dataclass(frozen=True)
+class Walk:
+    """A tree walk's parameters: the forces, the opening angle, the Numba ``threads`` of
+    the task (None: every core; the result does not depend on them)."""
+
+    forces: Forces
+    theta: float
+    threads: int | None
+
+
+class PairForces(NamedTuple):
+    """The result of a symmetric tile-pair task: the forces on each of its two tiles."""
+
+    on_target: np.ndarray
+    on_source: np.ndarray
+
+
+# -- direct summation --------------------------------------------------------------------------
+
+def pair_forces(target: Tile, source: Tile, forces: Forces, backend: str = "cpu") -> np.ndarray:
+    """Partial forces on ``target`` due to ``source``; one kernel call of ``backend``."""
+    kernels = tile_kernels(backend)
+    return kernels.tile_pair_forces(target.position, source.position, source.mass,
+                                    forces.eps2(target.position.dtype), forces.with_potential,
+                                    target.start == source.start)
+
+
+def symmetric_pair_forces(target: Tile, source: Tile, forces: Forces) -> PairForces:
+    """Partial forces on both tiles of a pair of distinct tiles; one CPU kernel call."""
+    return PairForces(*cpu.symmetric_pair_forces(
+        target.position, target.mass, source.position, source.mass,
+        forces.eps2(target.position.dtype), forces.with_potential))
+
+
+def self_forces(tile: Tile, forces: Forces) -> np.ndarray:
+    """Partial forces of a tile on itself, each pair once; one CPU kernel call."""
+    return cpu.self_tile_forces(tile.position, tile.mass, forces.eps2(tile.position.dtype),
+                                forces.with_potential)
+
+
+def gather_sources(*tiles: Tile) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Positions (3, n) and masses of consecutive tiles in one block, and the tiles' sizes."""
+    return (np.concatenate([t.position for t in tiles], axis=1),
+            np.concatenate([t.mass for t in tiles]), [t.size for t in tiles])
+
+
+def row_forces(target: int, own: Tile, blocks: Sequence[tuple], forces: Forces,
+               threads: int | None = None) -> list[np.ndarray]:
+    """Partial forces on tile ``own`` (number ``target``) due to every tile, with the
+    parallel kernel; ``blocks`` are :func:`gather_sources` of all tiles, in order.
+
+    Entry ``j`` is bit-identical to :func:`pair_forces` of ``(own, tile j)`` on the CPU, for
+    any number of ``threads`` (None: every core).
+    """
+    position = np.concatenate([b[0] for b in blocks], axis=1)
+    mass = np.concatenate([b[1] for b in blocks])
+    starts = np.cumsum([0] + [size for b in blocks for size in b[2]], dtype=np.int64)
+    rows.set_threads(threads)
+    out = rows.row_forces(*own.position, *position, mass, starts,
+                          forces.eps2(own.position.dtype), forces.with_potential, target)
+    return list(out)
+
+
+# -- the tree ----------------------------------------------------------------------------------
+
+def tile_tree(tile: Tile, leaf_size: int, cube: np.ndarray | None = None) -> trees.TileTree:
+    """The tile's octree and moments, its keys in the ``cube`` of all tiles
+    (:func:`~nbody_dask.spatial.bounding_cube`; None: the tile's own)."""
+    return trees.build(tile.position, tile.mass, leaf_size, cube)
+
+
+def tree_pair_forces(target: trees.TileTree, source: trees.TileTree, walk: Walk,
+                     same: bool) -> np.ndarray:
+    """Partial forces on tile tree ``target`` due to tile tree ``source`` (``same``: they
+    are one tree): one group walk per target leaf, in the target tile's order."""
+    rows.set_threads(walk.threads)
+    return trees.walk(target, source, walk.forces.eps2(target.x.dtype), walk.theta,
+                      walk.forces.with_potential, same)
+
+
+def refit_tree(tree: trees.TileTree, tile: Tile) -> trees.TileTree:
+    """The tile's tree at its new positions, with the cells of ``tree`` (built at the last
+    re-tiling from the same bodies)."""
+    return trees.refit(tree, tile.position, tile.mass)
+
+
+def tree_summary(tree: trees.TileTree) -> trees.Summary:
+    """The tile tree's top cells and target groups: what the other tiles need of it."""
+    return trees.summarize(tree)
+
+
+def tree_forest(*summaries: trees.Summary) -> trees.Forest:
+    """All tiles' summaries in one forest, in tile order."""
+    return trees.forest(*summaries)
+
+
+def near_now(forest: trees.Forest, theta: float) -> list[list[int]]:
+    """Each target tile's near source tiles for the positions the forest was built from."""
+    return trees.near_sources(forest, theta)
+
+
+def tile_motion(tile: Tile) -> np.ndarray:
+    """The tile's largest speed and acceleration, float64."""
+    def largest(v: np.ndarray) -> float:
+        return float(np.sqrt((v.astype(np.float64) ** 2).sum(axis=0)).max(initial=0.0))
+
+    return np.array([largest(tile.velocity), largest(tile.acceleration)])
+
+
+def near_in_window(forest: trees.Forest, theta: float, duration: float,
+                   *motions: np.ndarray) -> list[list[int]]:
+    """Each target tile's near source tiles for the next ``duration`` of time: the forest's
+    test is grown by how far a body can move in it, from the tiles' ``motions``
+    (:func:`tile_motion`)."""
+    speed, acceleration = np.max(motions, axis=0)
+    return trees.near_sources(forest, theta,
+                              trees.displacement_bound(speed, acceleration, duration))
+
+
+def far_forces(step: int, target: trees.TileTree, forest: trees.Forest, far: list[int],
+               walk: Walk) -> np.ndarray:
+    """Partial forces on tile tree ``target`` due to the tiles ``far``, from their summaries
+    in ``forest``; its :class:`~nbody_dask.kernels.tree.FarFieldError` names ``step``."""
+    rows.set_threads(walk.threads)
+    try:
+        return trees.far_walk(target, forest, np.array(far, dtype=np.int64),
+                              walk.forces.eps2(target.x.dtype), walk.theta,
+                              walk.forces.with_potential)
+    except trees.FarFieldError as exc:
+        raise trees.FarFieldError(f"step {step}: {exc}", step) from None
+
+
+# -- reductions and the closing kick -----------------------------------------------------------
+
+def sum_in_order(*parts: np.ndarray) -> np.ndarray:
+    """Sum arrays left to right (a fixed order, hence a reproducible rounding)."""
+    total = parts[0].copy()
+    for part in parts[1:]:
+        total += part
+    return total
+
+
+def sum_sides(sides: Sequence[int | None], *parts: Any) -> np.ndarray:
+    """:func:`sum_in_order` of partial forces, where ``parts[k]`` is an array when
+    ``sides[k]`` is None and a :class:`PairForces`, of which side ``sides[k]`` is wanted,
+    otherwise."""
+    return sum_in_order(*(p if side is None else p[side]
+                          for p, side in zip(parts, sides, strict=True)))
+
+
+def reduce_in_groups(parts: list, groups: list[list[tuple[int, int]]]) -> np.ndarray:
+    """Sum partial forces with a plan's reduction tree, as the combine tasks would."""
+    for level in groups:
+        parts = [sum_in_order(*parts[lo:hi]) for lo, hi in level]
+    return sum_in_order(*parts)
+
+
+def close(closing: Closing, tile: Tile, sides: Sequence[int | None], *parts: Any) -> Tile:
+    """Sum the last partials, attach the forces, kick, and check the state is finite."""
+    return check_finite(close_step(tile, sum_sides(sides, *parts), closing.G, closing.dt),
+                        closing.step)
+
+
+def close_row(closing: Closing, target: int, forces: Forces, groups: list,
+              threads: int | None, own: Tile, *blocks: tuple) -> Tile:
+    """The ``"rows"`` layout's task: a target tile's whole row of forces, summed with the
+    plan's ``groups`` and kicked."""
+    parts = row_forces(target, own, blocks, forces, threads)
+    return check_finite(close_step(own, reduce_in_groups(parts, groups), closing.G,
+                                   closing.dt), closing.step)
+
+
+def close_tree_row(closing: Closing, target: int, walk: Walk, split_every: int, tile: Tile,
+                   tree: trees.TileTree, near: list[int], far: list[int],
+                   forest: trees.Forest | None, *near_trees: trees.TileTree) -> Tile:
+    """The ``"rows"`` layout's tree task: tile ``target``'s walks of its ``near`` tiles (their
+    ``near_trees``, in source order) and of its ``far`` tiles' summaries in ``forest``,
+    summed with the fixed groups that the ``"pairs"`` layout's combine tasks use (so the two
+    layouts give the same bits), and the kick."""
+    parts = [tree_pair_forces(tree, source, walk, j == target)
+             for j, source in zip(near, near_trees, strict=True)]
+    if far:
+        parts.append(far_forces(closing.step, tree, forest, far, walk))
+    forces = reduce_in_groups(parts, reduction_groups(len(parts), split_every))
+    return check_finite(close_step(tile, forces, closing.G, closing.dt), closing.step)
+
+
+# -- snapshots and moving bodies between tiles -------------------------------------------------
+
+def write_and_measure(path: StoreLocation | None, index: int, tile: Tile, G: float, run: str,
+                      writer: str) -> np.ndarray:
+    """Write a tile's region of snapshot ``index`` (unless ``path`` is None); its diagnostics."""
+    if path is not None:
+        write_tile(path, index, tile, run, writer)
+    return tile_diagnostics(tile, G)
+
+
+def merge_picked(offset: int, merge: Any, head: list, *blocks: list) -> Tile:
+    """``merge(*head, *parts)``, the parts being entry ``offset`` of each block of parts."""
+    return merge(*head, *(block[offset] for block in blocks))
+
+
+def append(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """The two vectors one after the other (a snapshot's diagnostics and force errors)."""
+    return np.concatenate([first, second])
