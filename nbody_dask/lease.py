@@ -3,21 +3,26 @@
 A run holds ``writer.lease.<generation>`` in its store's root while it writes: a small JSON
 record of the run (id, host, pid and the pid's start time, when it started, its last
 heartbeat). The file is created exclusively (``O_CREAT | O_EXCL``, or a conditional PUT in
-an object store: :mod:`nbody_dask.location`), so of two runs racing for a store exactly one
-gets it; the other is refused with one line naming the owner.
+an object store: :mod:`nbody_dask.location`).
 
-A lease is *stale* when its owner is gone: on the same host, its pid no longer runs (or now
-belongs to another process); on another host (a shared file system), its heartbeat is older
-than ``nbody.lease.timeout`` seconds. A stale lease is taken over by creating the next
-generation, again exclusively, so that resume after a SIGKILL keeps working and two
-resumes cannot both take over. The holder rewrites its file every ``nbody.lease.heartbeat``
-seconds (a whole-file replacement: no reader sees half a record). The newest generation is
-found by probing past the listing, which an object store may not have updated yet; for
-that probe to work, an object store's generations are never deleted: a lease taken over or
-released stays as a record (``released`` once its run ends), so that the numbers are
-contiguous (a local directory's listing is exact, and its old lease files are deleted). Workers
-check, before they write a snapshot region, that their run's lease is still the newest
-generation (:func:`holds`); a run that lost its lease stops writing.
+A lease is *live* unless it is released or *stale*: its owner is gone (on the same host, its
+pid no longer runs or now belongs to another process; on another host, a shared file
+system's or an object store's, its heartbeat is older than ``nbody.lease.timeout`` seconds).
+Acquiring (:meth:`WriterLease.acquire`) is three store operations: list the generations
+(probing past the listing, which an object store may not have updated yet), read the newest
+``k`` and refuse if it is live, create ``k + 1`` exclusively (none: create 0). Exactly one of
+any number of racing runs gets the store, in every interleaving of those operations: a
+generation is created once; whoever creates ``k + 1`` read ``k`` not live, and every run
+that lists after that creation finds ``k + 1`` (live) as the newest and is refused, while
+every run that listed before it tries ``k + 1`` too and fails its exclusive create. For
+that argument to hold, the newest generation is never deleted: a released lease stays as a
+record (``released``), so that numbers never go back, and a new holder deletes only the
+generations before its own (in a local directory; an object store keeps them all, so that
+the probe past a lagging listing finds contiguous numbers). ``tests/test_lease.py`` drives
+racing acquirers through every interleaving of their operations. The holder rewrites its
+file every ``nbody.lease.heartbeat`` seconds (a whole-file replacement: no reader sees half
+a record). Workers check, before they write a snapshot region, that their run's lease is
+still the newest generation (:func:`holds`); a run that lost its lease stops writing.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -63,11 +69,22 @@ class LeaseInfo:
     released: bool = False
     generation: int = 0
 
-    def describe(self) -> str:
+    def describe(self, timeout: float | None = None) -> str:
         age = time.time() - self.heartbeat
+        if self.run_id == _UNREADABLE:
+            return (f"a run whose lease file {_PREFIX}{self.generation} is not a lease record "
+                    f"(being written, or damaged; written {age:.0f} s ago): if no run writes "
+                    f"this store, remove that file")
         begun = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started))
-        return (f"run {self.run_id[:12]} (pid {self.pid} on {self.host}, started {begun}, "
-                f"last heartbeat {age:.0f} s ago)")
+        described = (f"run {self.run_id[:12]} (pid {self.pid} on {self.host}, started {begun}, "
+                     f"last heartbeat {age:.0f} s ago")
+        if timeout is not None and self.host != socket.gethostname():
+            described += f"; stale if no heartbeat comes in the next {max(timeout - age, 0):.0f} s"
+        return described + ")"
+
+    def live(self, timeout: float) -> bool:
+        """True unless the lease is released or stale."""
+        return not self.released and not self.stale(timeout)
 
     def stale(self, timeout: float) -> bool:
         """True if the owner is gone (see the module docstring)."""
@@ -86,6 +103,10 @@ def is_lease_file(name: str) -> bool:
     return name.startswith(_PREFIX) and name[len(_PREFIX):].split(".")[0].isdigit()
 
 
+#: The run id of a lease file that is not a lease record (see :func:`_read`).
+_UNREADABLE = "unreadable"
+
+
 def _generations(store: StoreLocation) -> list[int]:
     return store.newest(_PREFIX)
 
@@ -102,7 +123,7 @@ def _read(store: StoreLocation, generation: int) -> LeaseInfo | None:
             mtime = store.modified(name)
         except FileNotFoundError:
             return None
-        return LeaseInfo("unknown", "unknown", -1, 0.0, mtime, mtime, generation=generation)
+        return LeaseInfo(_UNREADABLE, "unknown", -1, 0.0, mtime, mtime, generation=generation)
 
 
 def holder(store: str | os.PathLike | StoreLocation) -> LeaseInfo | None:
@@ -122,8 +143,9 @@ def refuse_if_in_use(store: str | os.PathLike | StoreLocation,
     Returns the store's newest lease (stale), or None if it has none.
     """
     current = holder(store)
-    if current is not None and not current.stale(float(config.get("lease.timeout", timeout))):
-        raise StoreInUseError(f"store {str(store)!r} is in use by {current.describe()}; "
+    timeout = float(config.get("lease.timeout", timeout))
+    if current is not None and not current.stale(timeout):
+        raise StoreInUseError(f"store {str(store)!r} is in use by {current.describe(timeout)}; "
                               "wait for that run to end or stop it")
     return current
 
@@ -182,21 +204,37 @@ class WriterLease:
 
     def acquire(self) -> None:
         """Take the lease, or raise :class:`StoreInUseError` naming the live owner."""
-        refuse_if_in_use(self.store, self.timeout)
+        for _ in self.acquire_steps():
+            pass
+
+    def acquire_steps(self) -> Iterator[str]:
+        """:meth:`acquire`, one store operation at a time: yields the name of each operation
+        (``"list"``, ``"read"``, ``"create"``, ``"clean"``) before doing it, so that a test
+        can drive several acquirers through every interleaving (see the module docstring)."""
+        yield "list"
         taken = _generations(self.store)
+        if taken:
+            yield "read"
+            newest = _read(self.store, taken[-1])
+            if newest is not None and newest.live(self.timeout):
+                raise StoreInUseError(f"store {str(self.store)!r} is in use by "
+                                      f"{newest.describe(self.timeout)}; wait for that run to "
+                                      "end or stop it")
         generation = taken[-1] + 1 if taken else 0
         now = time.time()
         me = psutil.Process()
         record = LeaseInfo(self.run_id, socket.gethostname(), me.pid, me.create_time(), now,
                            now, generation=generation)
+        yield "create"
         try:
             self.store.create(f"{_PREFIX}{generation}", self._record(record))
         except FileExistsError:
-            other = holder(self.store)
-            owner = other.describe() if other else "another run"
+            other = _read(self.store, generation)
+            owner = other.describe(self.timeout) if other else "another run"
             raise StoreInUseError(f"store {str(self.store)!r} was just taken by {owner}") from None
         self.generation = generation
-        if self.store.is_local:  # the stale generations before ours (see the module doc)
+        if self.store.is_local and taken:  # the generations before ours (see the module doc)
+            yield "clean"
             for old in taken:
                 self.store.remove(f"{_PREFIX}{old}")
         self._info = record
@@ -236,16 +274,14 @@ class WriterLease:
                                  f"over{by}; it stopped writing")
 
     def release(self) -> None:
-        """Stop the heartbeat and give the lease up, if it is still ours: its file is removed
-        (local) or marked released (object store)."""
+        """Stop the heartbeat and give the lease up, if it is still ours: its record is
+        marked released (never removed: the newest generation always stays, see the module
+        docstring)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         if self.held():
-            if self.store.is_local:
-                self.store.remove(self._file)
-            else:
-                info = LeaseInfo(**{**asdict(self._info), "heartbeat": time.time(),
-                                    "released": True})
-                self.store.write_bytes(self._file, self._record(info))
+            info = LeaseInfo(**{**asdict(self._info), "heartbeat": time.time(),
+                                "released": True})
+            self.store.write_bytes(self._file, self._record(info))
         self.generation = None

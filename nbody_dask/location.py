@@ -357,8 +357,9 @@ def store_location(store: Any, storage_options: Mapping[str, Any] | None = None
         raise ValueError(f"store must name a directory, got {text!r}")
     scheme = _URL_SCHEME.match(text)
     protocol = scheme.group(1).lower() if scheme else "file"
-    if protocol != "file":
-        return _object_location(text, protocol, storage_options or {})
+    if protocol != "file":  # the scheme in lower case: S3://b/x is s3://b/x
+        return _object_location(protocol + text[len(protocol):], protocol,
+                                storage_options or {})
     if storage_options:
         raise ValueError(f"storage_options are for object-store URLs (s3://...), not for the "
                          f"local store {text!r}")

@@ -22,6 +22,7 @@ from .arguments import RunArguments, fresh_start, resume_point
 from .bodies import resolve_dtype
 from .clusters import client_context, dashboard_link
 from .driver import Driver, settle
+from .lease import WriterLease
 from .location import StoreLocation
 from .plan import Plan
 from .schema import cf_units, store_attrs
@@ -215,7 +216,7 @@ def simulate(
             if show_progress:
                 print(f"nbody-dask: {describe_method(plan, method)}", file=sys.stderr)
             if not resume:
-                _create_store(path, ds, plan, t0)
+                _create_store(path, ds, plan, t0, lease)
             with progress_bar(show_progress, plan.steps) as report, stop_on_signals() as stop:
                 energy = EnergyBound(max_energy_error, path if resume else None)
                 on_complete = _reporter(report, energy.check, callback)
@@ -232,12 +233,15 @@ def _check_flags(overwrite: Any, resume: Any, callback: Any) -> None:
         raise TypeError(f"callback must be callable, got {callback!r}")
 
 
-def _create_store(path: StoreLocation, bodies: xr.Dataset, plan: Plan, t0: float) -> None:
-    """Lay out a new run's store (its arrays, attributes and snapshot schedule)."""
+def _create_store(path: StoreLocation, bodies: xr.Dataset, plan: Plan, t0: float,
+                  lease: WriterLease | None) -> None:
+    """Lay out a new run's store (its arrays, attributes and snapshot schedule), once this
+    run is sure to hold its lease."""
     create_store(path, bodies, snapshot_steps=plan.snapshot_steps(), t0=t0, dt=plan.dt,
                  dtype=resolve_dtype(plan.dtype), tile_size=plan.tile_size,
                  attrs=store_attrs(plan, bodies), units=cf_units(bodies),
-                 force_errors=plan.force_error_sample > 0)
+                 force_errors=plan.force_error_sample > 0,
+                 guard=None if lease is None else lease.check)
 
 
 def _reporter(*listeners: Callable[[int, dict | None], None] | None

@@ -133,10 +133,14 @@ def check_store_path(store: Store, overwrite: bool,
     location = store_location(store, storage_options)
     location.check_reachable()
     local = isinstance(location, LocalLocation)
-    if not local or location.path.is_dir():
+    if local and not location.path.is_dir():
+        occupied = location.path.exists() or location.path.is_symlink()
+    else:
         refuse_if_in_use(location)
-    # a prefix holding only the records of released leases is no store (nbody_dask.lease)
-    if location.exists() if local else any(not is_lease_file(n) for n in location.names()):
+        # a directory or prefix holding only lease records (released, or of a run killed
+        # while it started) is no store (nbody_dask.lease)
+        occupied = any(not is_lease_file(n) for n in location.names())
+    if occupied:
         if not overwrite:
             raise FileExistsError(
                 f"store {str(location)!r} already exists; pass overwrite=True (on the command "
@@ -174,6 +178,7 @@ def create_store(
     attrs: dict[str, Any],
     units: dict[str, str] | None = None,
     force_errors: bool = False,
+    guard: Callable[[], None] | None = None,
 ) -> None:
     """Lay out an empty trajectory store for ``len(snapshot_steps)`` snapshots.
 
@@ -182,8 +187,12 @@ def create_store(
     ``force_error(time, statistic)`` for runs that record sampled force errors.
 
     Replaces whatever is at ``store`` (callers check with :func:`check_store_path` first)
-    except the writer lease (:mod:`nbody_dask.lease`) of the run that calls it.
+    except the writer lease (:mod:`nbody_dask.lease`) of the run that calls it; ``guard``
+    (the lease's :meth:`~nbody_dask.lease.WriterLease.check`) is called first, so that
+    nothing is cleared unless this run holds the store's newest lease.
     """
+    if guard is not None:
+        guard()
     store.clear(keep=is_lease_file)
     n = bodies.sizes["body"]
     n_snap = len(snapshot_steps)

@@ -8,6 +8,7 @@ another trajectory.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -36,6 +37,7 @@ def _forge(store, generation, **fields):
     (store / f"writer.lease.{generation}").write_text(json.dumps(record))
 
 
+@pytest.mark.slow
 def test_concurrent_overwrite_and_resume_are_refused(client, tmp_path):
     store = tmp_path / "busy.zarr"
     script = textwrap.dedent(f"""
@@ -122,3 +124,163 @@ def test_store_of_a_failed_start_is_removed(no_cluster, tmp_path):
     with pytest.raises(AssertionError, match="a cluster was started"):
         nbody_dask.simulate(_bodies(), store=store, progress=False, **PARAMS)
     assert not store.exists()
+
+
+# -- exactly one owner in every interleaving of racing acquirers (issue 33, item 1) -----------
+
+def _schedules(counts):
+    """Every sequence holding ``counts[i]`` times the index ``i`` (a multiset permutation)."""
+    if not any(counts):
+        yield ()
+        return
+    for i, left in enumerate(counts):
+        if left:
+            rest = list(counts)
+            rest[i] -= 1
+            for tail in _schedules(rest):
+                yield (i, *tail)
+
+
+def _initial(kind, host):
+    """A store's lease before the race: none, a stale one (a dead owner), a released one."""
+    def prepare(location):
+        if kind == "empty":
+            return
+        if host == "here":  # this host: stale because its pid's start time is not ours
+            record = {"run_id": "d" * 32, "host": socket.gethostname(), "pid": os.getpid(),
+                      "pid_started": 0.0, "started": 0.0, "heartbeat": time.time()}
+        else:  # another host: stale because its heartbeat is old
+            record = {"run_id": "d" * 32, "host": "elsewhere.example", "pid": 1,
+                      "pid_started": 0.0, "started": 0.0, "heartbeat": time.time() - 10**6}
+        record["released"] = kind == "released"
+        location.create("writer.lease.0", json.dumps(record).encode())
+    return prepare
+
+
+def _race(location, prepare, schedule, n):
+    """Drive ``n`` acquirers of ``location`` through ``schedule`` (whose index moves next;
+    each move is one store operation, a local clean-up counted with its create); return
+    their outcomes and leases."""
+    prepare(location)
+    leases = [lease.WriterLease(location, heartbeat=3600) for _ in range(n)]
+    steps = [held.acquire_steps() for held in leases]
+    for step in steps:
+        assert next(step) == "list"  # at the first operation, nothing done yet
+    outcome = [None] * n
+
+    def move(i):
+        try:
+            if next(steps[i]) == "clean":
+                move(i)
+        except StopIteration:
+            outcome[i] = "owner"
+        except lease.StoreInUseError:
+            outcome[i] = "refused"
+
+    for i in schedule:
+        if outcome[i] is None:
+            move(i)
+    for i in range(n):
+        while outcome[i] is None:
+            move(i)
+    return outcome, leases
+
+
+def _check_one_owner(location, outcome, leases):
+    try:
+        assert outcome.count("owner") == 1, outcome
+        owner = leases[outcome.index("owner")]
+        assert owner.held() and lease.holder(location).run_id == owner.run_id
+        records = [n for n in location.names() if lease.is_lease_file(n)]
+        for name in records:  # no refused run left a lease behind
+            info = location.read_json(name)
+            assert info["run_id"] in (owner.run_id, "d" * 32), (name, info)
+    finally:
+        for held in leases:
+            held.release()
+
+
+@pytest.mark.parametrize("kind", ["empty", "stale", "released"])
+@pytest.mark.parametrize("n", [2, 3])
+def test_lease_has_one_owner_in_every_interleaving_on_a_local_store(tmp_path, kind, n):
+    """2 acquirers through every order of their list, read, create and clean-up operations
+    (3 acquirers: every order of list, read and create), from an empty store, a dead run's
+    lease and a released one: exactly one owner each time, the others refused before they
+    create anything."""
+    from nbody_dask.location import store_location
+
+    ops = 4 if n == 2 else 3
+    for k, schedule in enumerate(_schedules([ops] * n)):
+        location = store_location(tmp_path / f"{kind}-{n}-{k}.zarr")
+        location.path.mkdir()
+        outcome, leases = _race(location, _initial(kind, "here"), schedule, n)
+        _check_one_owner(location, outcome, leases)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["empty", "stale", "released"])
+def test_lease_has_one_owner_in_every_interleaving_on_s3(s3, kind):
+    """The same on moto's S3 server (conditional PUT, listings that may lag): 2 acquirers
+    through every order of their operations; 3 from an empty store through 40 of the 1,680
+    orders, drawn with a fixed seed (all of them take minutes against the server)."""
+    import random
+
+    from nbody_dask.location import store_location
+
+    schedules = list(_schedules([3, 3]))
+    if kind == "empty":
+        schedules += random.Random(3).sample(list(_schedules([3, 3, 3])), 40)
+    for schedule in schedules:
+        location = store_location(s3.url("race.zarr"), s3.options)
+        outcome, leases = _race(location, _initial(kind, "elsewhere"), schedule,
+                                max(schedule) + 1)
+        _check_one_owner(location, outcome, leases)
+
+
+@pytest.mark.slow
+def test_lease_race_between_threads_on_s3_breaks_nothing_in_50_trials(s3):
+    """Two acquirers started together (threads released by one barrier), 50 times: exactly
+    one owner each time (the red team's two `nbody-dask run --store s3://...` broke 2 of 11)."""
+    import threading
+
+    from nbody_dask.location import store_location
+
+    for _ in range(50):
+        location = store_location(s3.url("race.zarr"), s3.options)
+        leases = [lease.WriterLease(location, heartbeat=3600) for _ in range(2)]
+        barrier, outcome = threading.Barrier(2), [None, None]
+
+        def acquire(i):
+            barrier.wait()
+            try:
+                leases[i].acquire()
+                outcome[i] = "owner"
+            except lease.StoreInUseError:
+                outcome[i] = "refused"
+
+        threads = [threading.Thread(target=acquire, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        _check_one_owner(location, outcome, leases)
+
+
+def test_store_layout_refuses_to_clear_a_store_another_run_holds(tmp_path):
+    """create_store's guard: a run that does not hold the newest lease clears nothing."""
+    from nbody_dask.location import store_location
+    from nbody_dask.storage import create_store
+
+    location = store_location(tmp_path / "held.zarr")
+    location.path.mkdir()
+    first, second = lease.WriterLease(location), lease.WriterLease(location)
+    first.acquire()
+    (location.path / "precious").write_text("data")
+    try:
+        second.generation = first.generation - 1 if first.generation else -1  # not the holder
+        with pytest.raises(lease.LeaseLostError):
+            create_store(location, _bodies(), snapshot_steps=[0], t0=0.0, dt=0.1,
+                         dtype=np.float64, tile_size=64, attrs={}, guard=second.check)
+        assert (location.path / "precious").read_text() == "data"
+    finally:
+        first.release()

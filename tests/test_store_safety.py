@@ -123,3 +123,34 @@ def test_a_missing_object_store_library_names_the_extra(no_cluster):
         pytest.skip("gcsfs is installed")
     with pytest.raises(ImportError, match=r"pip install 'nbody-dask\[gcs\]'"):
         _run("gs://bucket/run.zarr")
+
+
+def test_a_folder_left_by_a_run_killed_while_starting_is_reused(client, tmp_path):
+    """A store directory holding only a dead run's lease (SIGKILL before the store was laid
+    out) is no store: a new run takes it without --overwrite, and over it with
+    (issue 33, item 11)."""
+    import json
+    import os
+    import socket
+
+    store = tmp_path / "killed.zarr"
+    store.mkdir()
+    dead = {"run_id": "d" * 32, "host": socket.gethostname(), "pid": os.getpid(),
+            "pid_started": 0.0, "started": 0.0, "heartbeat": 0.0}
+    (store / "writer.lease.0").write_text(json.dumps(dead))
+    kw = dict(steps=2, dt=0.01, store=store, client=client, progress=False)
+    traj = nbody_dask.simulate(nbody_dask.plummer(16, seed=1), **kw)
+    assert traj.sizes["time"] == 2
+    (store / "writer.lease.7").write_text(json.dumps(dead))  # a newer dead one: still ours
+    with pytest.raises(FileExistsError):  # a real store now: overwrite is needed
+        nbody_dask.simulate(nbody_dask.plummer(16, seed=1), **kw)
+    assert nbody_dask.simulate(nbody_dask.plummer(16, seed=1), overwrite=True,
+                               **kw).sizes["time"] == 2
+
+
+def test_scheme_case_does_not_matter(no_cluster):
+    """S3://b/x is s3://b/x, not a bucket named 'S3:' (issue 33, item 14)."""
+    pytest.importorskip("s3fs")
+    from nbody_dask.location import store_location
+
+    assert store_location("S3://bucket/run.zarr").url == "s3://bucket/run.zarr"
