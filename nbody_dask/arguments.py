@@ -51,6 +51,7 @@ class RunArguments:
     def plan(self, n: int) -> Plan:
         """The plan of a run of ``n`` bodies: defaults from the configuration, ``"auto"``
         resolved; every value checked (by :class:`~nbody_dask.plan.Plan`)."""
+        config.validate()
         asked = check_method(config.get("method", self.method))
         method = resolve_method(asked, n)
         for name in ("steps", "dt"):

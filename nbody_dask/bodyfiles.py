@@ -17,6 +17,7 @@ by :func:`nbody_dask.as_bodies` like any other input.
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,12 @@ from .storage import check_store_path, consolidate_metadata, is_trajectory_store
 __all__ = ["load_bodies", "save_bodies"]
 
 _NETCDF = (".nc", ".nc4", ".cdf", ".netcdf")
+
+
+def _is_local(path: str | os.PathLike) -> bool:
+    """True for a local path or a ``file://`` URL; False for other URLs (``s3://``...)."""
+    scheme = urllib.parse.urlsplit(os.fspath(path)).scheme
+    return "://" not in os.fspath(path) or scheme.lower() == "file"
 
 
 def _format(path: Path) -> str:
@@ -130,10 +137,20 @@ def save_bodies(bodies: xr.Dataset, path: str | os.PathLike, *, overwrite: bool 
     FileExistsError
         If ``path`` exists and ``overwrite`` is False.
     ValueError
-        For an unknown format, or ``overwrite`` of a directory that is not a Zarr store.
+        For an unknown format, an object-store URL (body files are local; trajectories go to
+        object stores through ``simulate(store=...)``), or ``overwrite`` of a directory that
+        is not a Zarr store or of a trajectory store (a body set never replaces one).
     """
-    path = Path(path)
+    location = store_location(path) if _is_local(path) else None
+    if location is None:
+        raise ValueError(f"path={os.fspath(path)!r}: body files are written to local paths; "
+                         "an object store holds trajectories (simulate(store=...), run "
+                         "--store); write the body file locally")
+    path = location.path
     kind = "zarr" if path.suffix.lower() == ".zarr" else _format(path)
+    if kind == "zarr" and is_trajectory_store(path):
+        raise ValueError(f"path={str(path)!r} is a trajectory store: a body set never replaces "
+                         "one, even with overwrite=True; remove it yourself if you mean to")
     if kind == "gadget":
         return write_gadget(bodies, path, overwrite=overwrite)
     ds = as_bodies(bodies)

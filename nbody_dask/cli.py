@@ -377,6 +377,17 @@ def ic_command(kind, output, n, seed, params, overwrite) -> None:
         click.echo(f"wrote {bodies.sizes['body']} bodies ({kind}) to {output}")
 
 
+def _same_place(first: str, second: str) -> bool:
+    """True if two paths or URLs name the same file or store."""
+    def place(text: str) -> str:
+        if "://" in text and not text.lower().startswith("file://"):
+            return text.rstrip("/").lower()
+        from .location import store_location
+
+        return str(store_location(text).path.resolve())
+    return place(first) == place(second)
+
+
 @main.command()
 @click.argument("source")
 @click.argument("output", type=click.Path())
@@ -390,6 +401,9 @@ def export(source, output, storage_options, snapshot, overwrite) -> None:
     from .bodyfiles import load_bodies, save_bodies
 
     with _errors_as_messages():
+        if _same_place(source, output):
+            raise ValueError(f"OUTPUT {output!r} is SOURCE: export writes a new file and "
+                             "never replaces what it reads")
         bodies = load_bodies(source, snapshot=snapshot, storage_options=storage_options)
         save_bodies(bodies, output, overwrite=overwrite)
         at = f" at time {float(bodies['time']):g}" if "time" in bodies.coords else ""

@@ -19,6 +19,7 @@ from distributed import Client, LocalCluster
 
 from . import config
 from ._optional import optional_import
+from ._validate import check_int
 from .plan import check_layout
 
 __all__ = ["KINDS", "make", "local", "slurm", "cuda", "kubernetes", "connect", "client_context",
@@ -50,8 +51,9 @@ def local(
     **kwargs
         Passed to :class:`~distributed.LocalCluster` (``processes``, ``memory_limit``, ...).
     """
+    config.validate()
     defaults = config.get("local-cluster")
-    n_workers = config.get("local-cluster.n-workers", n_workers)
+    n_workers = check_int("n_workers", config.get("local-cluster.n-workers", n_workers), 1)
     if threads_per_worker is None:
         threads_per_worker = defaults.get("threads-per-worker") or max(
             1, (os.cpu_count() or 1) // n_workers)
@@ -59,9 +61,37 @@ def local(
     if processes:
         kwargs.setdefault("host", defaults["host"])
     kwargs.setdefault("dashboard_address", defaults["dashboard-address"])
+    # the workers' HTTP servers (/health, /metrics) on the scheduler's host, never on every
+    # interface (distributed's default)
+    kwargs.setdefault("worker_dashboard_address",
+                      f"{defaults['host'] if processes else '127.0.0.1'}:0")
     kwargs.setdefault("silence_logs", logging.WARNING)
+    _quiet_about_reported_errors()
     return LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
                         processes=processes, **kwargs)
+
+
+#: Errors of tasks that the driver re-raises with a message of its own (a non-finite state
+#: naming the step and body, bodies outrunning the tree's margin, a lost lease).
+REPORTED_ERRORS = ("NonFiniteStateError", "FarFieldError", "LeaseLostError")
+
+
+class _ReportedErrorsFilter(logging.Filter):
+    """Drops distributed's "Compute Failed" records (task, traceback) of the errors in
+    :data:`REPORTED_ERRORS`: the driver says the same in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("Compute Failed"):
+            return True
+        text = " ".join(map(str, record.args or ()))
+        return not any(name in text for name in REPORTED_ERRORS)
+
+
+def _quiet_about_reported_errors() -> None:
+    """Install :class:`_ReportedErrorsFilter` on this process's worker logger (once)."""
+    worker_logger = logging.getLogger("distributed.worker")
+    if not any(isinstance(f, _ReportedErrorsFilter) for f in worker_logger.filters):
+        worker_logger.addFilter(_ReportedErrorsFilter())
 
 
 def slurm(jobs: int = 1, layout: str = "rows", **kwargs: Any):

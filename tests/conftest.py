@@ -10,7 +10,8 @@ from distributed import Client, LocalCluster
 def client():
     """A threaded in-process LocalCluster: 1 worker, 2 threads, dashboard on 127.0.0.1."""
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                      dashboard_address="127.0.0.1:0") as cluster, \
+                      dashboard_address="127.0.0.1:0",
+                      worker_dashboard_address="127.0.0.1:0") as cluster, \
             Client(cluster) as c:
         yield c
 

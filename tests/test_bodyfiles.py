@@ -89,3 +89,24 @@ def test_save_never_replaces_a_foreign_directory(tmp_path):
     with pytest.raises(ValueError, match="not a Zarr store"):
         save_bodies(nbody_dask.plummer(3), tmp_path / "data.zarr", overwrite=True)
     assert (tmp_path / "data.zarr" / "precious.txt").read_text() == "keep"
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/ic.zarr", "S3://bucket/ic.npz",
+                                 "gs://bucket/out.hdf5"])
+def test_body_files_are_never_written_to_a_local_folder_named_like_a_url(tmp_path, url,
+                                                                          monkeypatch):
+    """save_bodies refuses object-store URLs in one line instead of writing ./s3:/bucket/...
+    (issue 33, item 2)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"body files are written to local paths"):
+        save_bodies(nbody_dask.plummer(8, seed=0), url)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_body_set_never_replaces_a_trajectory(client, tmp_path):
+    store = tmp_path / "run.zarr"
+    nbody_dask.simulate(nbody_dask.plummer(16, seed=0), steps=2, dt=0.01, store=store,
+                        client=client, progress=False)
+    with pytest.raises(ValueError, match="is a trajectory store"):
+        save_bodies(nbody_dask.plummer(16, seed=0), store, overwrite=True)
+    assert nbody_dask.open_trajectory(store).sizes["time"] == 2

@@ -15,6 +15,7 @@ def runner():
     return CliRunner()
 
 
+@pytest.mark.slow
 def test_run_with_config_file_then_info(runner, tmp_path):
     store = tmp_path / "cfg.zarr"
     config = tmp_path / "run.toml"
@@ -128,6 +129,7 @@ def test_bench_writes_json(runner, tmp_path, monkeypatch):
     assert "| strong | 2 | 600 |" in result.output and "Gint/s" in result.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pytreegrav", [True, False])
 def test_bench_tree_reports_an_evaluation_and_the_ratio_to_pytreegrav(runner, tmp_path,
                                                                        monkeypatch,
@@ -289,3 +291,19 @@ def test_non_json_scheduler_file_is_one_line(runner, tmp_path):
     assert result.output.strip() == (f"Error: {str(bad)!r} is not a Dask scheduler file (JSON "
                                      "with an 'address', as `dask scheduler --scheduler-file` "
                                      "writes)")
+
+
+def test_export_never_replaces_its_source(client, tmp_path):
+    """`export run.zarr run.zarr --overwrite` destroyed the trajectory and exited 0
+    (issue 33, item 5): now one line, exit 1, the trajectory intact."""
+    import nbody_dask
+
+    store = tmp_path / "run.zarr"
+    nbody_dask.simulate(nbody_dask.plummer(16, seed=0), steps=2, dt=0.01, store=store,
+                        client=client, progress=False)
+    runner = CliRunner()
+    for output in (str(store), str(store) + "/", str(tmp_path / "." / "run.zarr")):
+        result = runner.invoke(main, ["export", str(store), output, "--overwrite"])
+        assert result.exit_code == 1 and "OUTPUT" in result.output and "is SOURCE" in \
+            result.output, result.output
+    assert nbody_dask.open_trajectory(store).sizes["time"] == 2

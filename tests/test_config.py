@@ -57,3 +57,22 @@ def test_environment_overrides(monkeypatch):
          "print(dask.config.get('nbody.dtype'), dask.config.get('nbody.local-cluster.n-workers'))"],
         capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["float32", "2"]
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("nbody.lease.heartbeat", 0, r"nbody\.lease\.heartbeat: 0 is less than or equal to"),
+    ("nbody.max-restarts", -1, r"nbody\.max-restarts: -1 is less than the minimum of 0"),
+    ("nbody.kernel-threads", -3, r"nbody\.kernel-threads: -3 is less than the minimum of 1"),
+    ("nbody.local-cluster.n-workers", 0, r"nbody\.local-cluster\.n-workers: 0 is less than"),
+    ("nbody.lookahead", "two", r"nbody\.lookahead: 'two' is not of type 'integer'"),
+])
+def test_settings_in_force_are_checked_before_any_work(no_cluster, key, value, match):
+    """A configuration that makes no sense is refused in one line naming the key and the
+    value, before a cluster starts (issue 33, item 12: a 0 s heartbeat was a busy loop of
+    LIST+PUT on S3, n-workers 0 a ZeroDivisionError)."""
+    import nbody_dask
+
+    with dask.config.set({key: value}):
+        with pytest.raises(ValueError, match=match):
+            nbody_dask.simulate(nbody_dask.plummer(8, seed=0), steps=1, dt=0.1,
+                                progress=False)

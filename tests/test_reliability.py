@@ -80,6 +80,7 @@ def _assert_identical(store, reference):
         np.testing.assert_array_equal(traj[name].values, reference[name].values, err_msg=name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_after", [2, 11, 27])
 def test_driver_killed_then_resumed_is_bit_identical(tmp_path, reference, kill_after):
     store = tmp_path / "killed.zarr"
@@ -102,6 +103,7 @@ def test_driver_killed_then_resumed_is_bit_identical(tmp_path, reference, kill_a
     # Ctrl-C as SIGTERM (before: `Aborted!`, exit 1, or a wall of tracebacks)
     (signal.SIGINT, 130, "interrupted by Ctrl-C (SIGINT)"),
 ])
+@pytest.mark.slow
 def test_signal_commits_and_exits_cleanly_then_resumes(tmp_path, reference, signum, code,
                                                         said):
     store = tmp_path / "term.zarr"
@@ -121,6 +123,7 @@ def test_signal_commits_and_exits_cleanly_then_resumes(tmp_path, reference, sign
     _assert_identical(store, reference)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["direct", "tree"])
 def test_worker_killed_mid_run_gives_identical_result(tmp_path, method):
     """SIGKILL one of two worker processes a third of the way through."""
@@ -186,8 +189,15 @@ def test_local_cluster_binds_loopback_only(processes):
         server = cluster.scheduler.http_server
         hosts = {sock.getsockname()[0] for sock in server._sockets.values()}
         assert hosts == {"127.0.0.1"}
+        if not processes:  # every socket this process listens on, workers' HTTP included
+            import psutil
+
+            listening = {c.laddr.ip for c in psutil.Process().net_connections(kind="inet")
+                         if c.status == psutil.CONN_LISTEN}
+            assert listening <= {"127.0.0.1"}, listening
 
 
+@pytest.mark.slow
 def test_long_run_keeps_tasks_and_memory_flat(client):
     """1,000 steps of a 2-tile system: no futures or keys accumulate, memory stays level."""
     import psutil
@@ -215,6 +225,7 @@ def test_long_run_keeps_tasks_and_memory_flat(client):
     assert not scheduler.tasks  # everything released once simulate() returns
 
 
+@pytest.mark.slow
 def test_second_ctrl_c_stops_at_once(tmp_path):
     store = tmp_path / "int2.zarr"
     # steps of ~10 ms, 20 to a snapshot: the steps in flight after the first Ctrl-C take far

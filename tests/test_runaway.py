@@ -102,3 +102,19 @@ def test_energy_error_bound_from_the_cli_and_on_resume(tmp_path):
 def test_bad_energy_bound_is_refused(no_cluster):
     with pytest.raises(ValueError, match="max_energy_error must be > 0, got -1"):
         nbody_dask.simulate(nbody_dask.plummer(8), steps=1, dt=0.1, max_energy_error=-1)
+
+
+def test_cli_says_it_in_one_line_without_the_workers_report(tmp_path):
+    """distributed's "Compute Failed" block (task, traceback) is not printed before the
+    CLI's one line: the driver says it (issue 33, item 13)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "nbody_dask.cli", "run", "--n", "64",
+                           "--steps", "4", "--dt", "1e300", "--no-progress", "--store",
+                           str(tmp_path / "huge-dt.zarr")], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 1
+    assert "Compute Failed" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("Error: the state is not finite after step 1:"), proc.stderr
