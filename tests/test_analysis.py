@@ -17,6 +17,7 @@ def trajectory(client, tmp_path_factory):
                                progress=False)
 
 
+@pytest.mark.slow
 def test_lagrangian_radii_match_a_direct_count(trajectory):
     radii = analysis.lagrangian_radii(trajectory, fractions=[0.1, 0.5, 1.0])
     assert radii.dims == ("time", "fraction") and radii.shape == (5, 3)

@@ -112,6 +112,7 @@ def test_slurm_gpu_workers_job_script():
     assert "--nworkers" not in script  # dask cuda worker starts one worker per GPU itself
 
 
+@pytest.mark.slow
 def test_cli_cluster_errors_are_one_line(tmp_path):
     from click.testing import CliRunner
 

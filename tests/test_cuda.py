@@ -27,6 +27,7 @@ def _in_simulator(code: str, timeout: float = 600) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_cuda_kernel_matches_cpu_kernel_in_simulator():
     """N in {1, 31, 200}, sources over several staged chunks, the last part-filled; both dtypes."""
     result = _in_simulator("""
@@ -60,6 +61,7 @@ def test_cuda_kernel_matches_cpu_kernel_in_simulator():
         assert err_full <= 1 and err_accel <= 1, (key, err_full, err_accel)
 
 
+@pytest.mark.slow
 def test_launch_shape_matches_cpu_kernel_in_simulator():
     """An odd launch shape (the benchmark's shapes are all checked by the GPU check script,
     below): several targets per thread, blocks partly filled with targets and with sources,
@@ -97,6 +99,7 @@ def test_launch_shape_matches_cpu_kernel_in_simulator():
         assert err <= 1, (key, err)  # within twice the error model's bound
 
 
+@pytest.mark.slow
 def test_prepared_gpu_check_runs_in_simulator(tmp_path):
     """benchmarks/gpu/check.py, the one script a lent GPU machine runs, works end to end."""
     from pathlib import Path
@@ -136,6 +139,7 @@ def test_zero_softening_is_finite_in_simulator():
     np.testing.assert_allclose(out[0], [1.0, 1.0, -2.0])
 
 
+@pytest.mark.slow
 def test_simulate_with_cuda_backend_in_simulator():
     """End to end: the tile-pair tasks run the CUDA kernel, other tasks as usual."""
     result = _in_simulator("""

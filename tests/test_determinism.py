@@ -20,6 +20,7 @@ def _final_state(tmp_path, n_workers, threads, name, **kw):
         return traj.isel(time=-1).load()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_bit_identical_across_workers_and_threads(tmp_path, dtype):
     """700 bodies in 6 tiles (the last one short), split_every=3: two reduction levels."""
@@ -42,6 +43,7 @@ def test_tiling_changes_only_round_off(client):
                                atol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_rows_layout_equals_pairs_layout_on_any_workers_and_kernel_threads(tmp_path, dtype):
     """The HPC layout (parallel kernel, a task per tile) is bit-identical to the pairs layout

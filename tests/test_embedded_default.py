@@ -57,6 +57,7 @@ def test_unguarded_script_runs_once(tmp_path, how):
     _check(proc, store)
 
 
+@pytest.mark.slow
 def test_one_cell_notebook(tmp_path):
     nbclient = pytest.importorskip("nbclient")
     nbformat = pytest.importorskip("nbformat")
@@ -68,6 +69,7 @@ def test_one_cell_notebook(tmp_path):
     assert text.count("USER-CODE-RAN") == 1 and "FINAL 3" in text
 
 
+@pytest.mark.slow
 def test_worker_processes_remain_an_option(tmp_path):
     """``processes: true`` still works for a guarded script (and is what the guard is for)."""
     store = tmp_path / "procs.zarr"

@@ -251,6 +251,7 @@ def test_python_example_stops_with_one_line(tmp_path):
     assert time.monotonic() - t0 < 30
 
 
+@pytest.mark.slow
 def test_cli_cluster_kubernetes_errors_are_one_line(tmp_path):
     env = {"KUBECONFIG": str(tmp_path / "absent"), "PATH": "/usr/bin:/bin"}
     cli = [sys.executable, "-m", "nbody_dask.cli", "run", "--n", "64", "--steps", "2",

@@ -77,6 +77,7 @@ DRIVER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_simulation_across_two_hosts_matches_a_local_run(two_hosts, tmp_path, client):
     sched_host, worker_host = two_hosts
     address = f"tcp://{SCHEDULER_IP}:8786"

@@ -16,6 +16,7 @@ def test_there_are_notebooks():
     assert {p.name for p in NOTEBOOKS} >= {"quickstart.ipynb", "analysis.ipynb"}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_executes(path, tmp_path):

@@ -48,6 +48,7 @@ def _assert_identical(traj, reference):
         np.testing.assert_array_equal(traj[name].values, reference[name].values, err_msg=name)
 
 
+@pytest.mark.slow
 def test_run_to_s3_reads_back_with_xarray_bit_identical(client, s3, local_reference):
     url = s3.url("run.zarr")
     traj = nbody_dask.simulate(_bodies(), store=url, storage_options=s3.options,
@@ -62,6 +63,7 @@ def test_run_to_s3_reads_back_with_xarray_bit_identical(client, s3, local_refere
     assert lease.holder(store_location(url, s3.options)) is None  # released at the end
 
 
+@pytest.mark.slow
 def test_existing_object_store_is_kept_unless_overwrite(client, s3):
     url = s3.url("kept.zarr")
     run = dict(store=url, storage_options=s3.options, client=client, progress=False,
@@ -79,6 +81,7 @@ def test_existing_object_store_is_kept_unless_overwrite(client, s3):
     assert location.read_bytes("notes.txt") == b"mine"
 
 
+@pytest.mark.slow
 def test_cli_runs_summarises_exports_and_continues_an_s3_store(s3, tmp_path):
     url = s3.url("cli.zarr")
     options = json.dumps(s3.options)
@@ -152,6 +155,7 @@ RUN = ["--ic", "plummer", "--n", "200", "--seed", "3", "--steps", "120", "--dt",
        "--softening", "0.05", "--snapshot-every", "5", "--tile-size", "100", "--no-progress"]
 
 
+@pytest.mark.slow
 def test_driver_killed_then_resumed_from_s3_is_bit_identical(client, s3, tmp_path):
     reference_store = tmp_path / "ref.zarr"
     result = CliRunner().invoke(main, ["run", *RUN, "--store", str(reference_store)])
@@ -246,6 +250,7 @@ def test_cli_bad_endpoint_is_one_line_in_under_10_s(s3):
 
 # -- credentials from the environment, as the Kubernetes manifest gives them ---------------
 
+@pytest.mark.slow
 def test_the_kubernetes_s3_job_runs_with_its_secret_as_environment(s3, tmp_path):
     """deploy/kubernetes/daskjob-s3.yaml: its driver command, run here (smaller) with its
     Secret's variables set to this server's values, writes a store xarray opens."""

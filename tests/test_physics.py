@@ -27,6 +27,7 @@ def kepler_runs(client):
     return {k: _kepler_run(client, k) for k in (1000, 2000)}
 
 
+@pytest.mark.slow
 def test_kepler_energy_error_bounded(kepler_runs):
     traj, energy = kepler_runs[1000]
     assert traj.total_energy[0] == pytest.approx(energy, rel=1e-14)
@@ -73,6 +74,7 @@ def _energy_error(traj):
     return e / e[0] - 1
 
 
+@pytest.mark.slow
 def test_plummer_energy_bounded_without_drift(plummer_runs):
     de = _energy_error(plummer_runs[1 / 128])
     assert np.abs(de).max() <= 5e-5  # measured 6.7e-6

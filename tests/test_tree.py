@@ -56,6 +56,7 @@ def test_error_falls_steadily_as_theta_falls():
     assert medians[-1] < 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("kind", ["plummer", "disk", "merger"])
 def test_default_accuracy_at_65536_bodies(kind, dtype):
@@ -214,6 +215,7 @@ def _tile_trees(position, mass, tiles):
     return [tree.build(position[:, t], mass[t], LEAF, cube=_cube(position)) for t in tiles]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_far_tiles_from_summaries_equal_walks_of_their_whole_trees(dtype):
     """A target's far tiles evaluated from their summaries give the sum of the walks of
@@ -309,6 +311,7 @@ np.save(sys.argv[1], np.stack([tree.walk(near, far, 1e-4, theta, True, False)
 """
 
 
+@pytest.mark.slow
 def test_kernels_give_the_same_bits_compiled_or_loaded_from_numbas_cache(tmp_path):
     """A tree walk (its M2P and P2P are kernels called by another kernel) gives the same bits
     in a process that compiles it and in one that loads it from Numba's on-disk cache: a

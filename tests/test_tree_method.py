@@ -153,6 +153,7 @@ def _final(n_workers, threads, processes, tmp_path, name, dtype):
         return traj.isel(time=-1).load()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_tree_bit_identical_across_workers_and_threads(tmp_path, dtype):
     """4 spatial tiles re-cut 5 times: one worker with 1 or 2 threads, two worker processes."""
@@ -200,6 +201,7 @@ def cli_reference(tmp_path_factory):
     return nbody_dask.open_trajectory(store).load()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGKILL, -9), (signal.SIGTERM, 143)])
 def test_interrupted_driver_resumed_is_bit_identical(tmp_path, cli_reference, signum, code):
     """A CLI driver running the tree is SIGKILLed (no chance to clean up) or SIGTERMed
@@ -243,6 +245,7 @@ def test_interrupted_driver_resumed_is_bit_identical(tmp_path, cli_reference, si
                                       err_msg=name)
 
 
+@pytest.mark.slow
 def test_body_trajectories_stay_continuous_over_many_retilings(client):
     """Re-cut every step for 60 steps: no body swaps ids (each body's move between snapshots
     is bounded by the fastest speed times the time between them)."""
@@ -347,6 +350,7 @@ def test_tree_tile_sizes():
     assert auto_tile_size(10**8, 4, workers=4, **rows) == 8_333_334  # 12 tiles
 
 
+@pytest.mark.slow
 def test_bodies_move_between_tiles_in_blocks_with_the_same_bits(client, monkeypatch):
     """16 spatial tiles: re-tiling and routing to body order take an old tile's parts for 2
     new tiles in one task (T x 8 tasks, not T**2); the run is bit-identical to taking every
@@ -386,6 +390,7 @@ def test_rows_layout_runs_a_task_per_tile_a_step():
     assert len(piece.graph) == 2 * (4 * t + 1 + sum(range(1, t + 1)) + (t - 1))
 
 
+@pytest.mark.slow
 def test_snapshots_record_the_sampled_force_errors(client, tmp_path):
     """force_error_sample: each snapshot stores the median, p99 and max force error of the
     same sampled bodies, equal to force_errors() on that snapshot's state; resumed runs go
@@ -464,6 +469,7 @@ def _counting_far_walks(monkeypatch):
     return calls
 
 
+@pytest.mark.slow
 def test_near_far_equals_walking_every_pair(client, monkeypatch):
     """8 spatial tiles re-cut 3 times, far pairs from tree summaries: the trajectory of
     walking every pair, to round-off (the same cells are accepted, summed in another
@@ -493,6 +499,7 @@ def _near_far_final(n_workers, processes, path):
         return _run(c, _clumps(), store=path, dtype="float32").load()
 
 
+@pytest.mark.slow
 def test_near_far_bit_identical_across_workers_and_after_a_crash(tmp_path):
     """Near/far classifications fetched by the driver repeat exactly: one worker, two
     worker processes, and a run crashed after its second snapshot then resumed."""
@@ -519,6 +526,7 @@ def test_near_far_bit_identical_across_workers_and_after_a_crash(tmp_path):
                                           f"{name} {'two' if other is two else 'resumed'}")
 
 
+@pytest.mark.slow
 def test_a_window_whose_far_tiles_bodies_outrun_walks_every_pair(client, monkeypatch):
     """Classified as if the bodies were at rest, fast bodies make a far walk need bodies it
     does not have: the driver restarts from the last snapshot, walks every pair in that
