@@ -10,128 +10,16 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
-import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
-import numpy as np
-import yaml
+
+from .cli_support import (cluster_options, errors_as_messages, initial_conditions,
+                          load_config, parse_params, rate_line, run_summary, same_place,
+                          storage_options_option, worker_counts)
 
 __all__ = ["main"]
-
-def _initial_conditions(ic: str, n: int, seed: int, eccentricity: float,
-                        storage_options: dict | None = None):
-    """Bodies from a generator name, or from a file or an object-store trajectory URL (see
-    :mod:`nbody_dask.bodyfiles`)."""
-    from .bodyfiles import load_bodies
-    from .initial_conditions import GENERATORS, generate
-    from .location import store_location
-
-    if ic in GENERATORS:
-        params = {"eccentricity": eccentricity} if ic == "kepler" else {}
-        return generate(ic, n, seed, **params)
-    if "://" in ic and not store_location(ic).is_local:
-        return load_bodies(ic, storage_options=storage_options)
-    if not Path(ic).exists():
-        raise click.BadParameter(f"{ic!r} is neither one of {', '.join(GENERATORS)} nor an "
-                                 "existing file", param_hint="--ic")
-    return load_bodies(ic)
-
-
-def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    """Read a TOML or YAML file of option defaults (keys as the long option names)."""
-    if value is None:
-        return None
-    path = Path(value)
-    try:
-        text = path.read_text()
-        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
-    except (OSError, tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise click.BadParameter(f"cannot read {value!r}: {exc}") from None
-    if not isinstance(data, dict):
-        raise click.BadParameter(f"{value!r} must hold a table of options")
-    known = {p.name for p in ctx.command.params}
-    options = {str(k).replace("-", "_"): v for k, v in data.items()}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise click.BadParameter(f"unknown option(s) in {value!r}: {', '.join(unknown)}")
-    params = {p.name: p for p in ctx.command.params}
-    for name, item in options.items():
-        problem = _config_type_problem(params[name], item)
-        if problem:
-            raise click.BadParameter(f"{name.replace('_', '-')} in {value!r} must be "
-                                     f"{problem}, got {item!r}")
-    ctx.default_map = {**(ctx.default_map or {}), **options}
-    return value
-
-
-def _config_type_problem(param: click.Parameter, value: Any) -> str | None:
-    """What a config file value for ``param`` must be, if ``value`` is not that (no coercion:
-    ``steps = 2.7`` or ``steps: true`` is an error, not 2 or 1 steps)."""
-    if getattr(param, "multiple", False):
-        if not isinstance(value, list):
-            return "a list"
-        problems = [_scalar_problem(param.type, item) for item in value]
-        return next((f"a list of {p}" for p in problems if p), None)
-    if isinstance(param, click.Option) and param.is_flag:
-        return None if isinstance(value, bool) else "true or false"
-    return _scalar_problem(param.type, value)
-
-
-def _scalar_problem(kind: click.ParamType, value: Any) -> str | None:
-    """What one value of click type ``kind`` must be, if ``value`` is not that."""
-    if isinstance(kind, click.types.IntParamType):
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        return None if ok else "an integer"
-    if isinstance(kind, click.types.FloatParamType):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return None if ok else "a number"
-    if isinstance(value, (list, dict, bool)):
-        return "a single value"
-    return None
-
-
-def _read_storage_options(_ctx, _param, value: str | None) -> dict[str, Any] | None:
-    """--storage-options: a JSON (or YAML flow) mapping for an object store's file system."""
-    if value is None:
-        return None
-    try:
-        options = yaml.safe_load(value)
-    except yaml.YAMLError as exc:
-        problem = str(exc).splitlines()[0]
-        raise click.BadParameter(f"cannot read {value!r}: {problem}") from None
-    if not isinstance(options, dict):
-        raise click.BadParameter(f"expected a JSON object such as '{{\"anon\": true}}', "
-                                 f"got {value!r}")
-    return options
-
-
-def _storage_options(command):
-    """--storage-options for commands that read or write a store given as a URL."""
-    return click.option(
-        "--storage-options", type=str, default=None, callback=_read_storage_options,
-        metavar="JSON",
-        help="Options of an object store's file system (fsspec), for a store or trajectory "
-             "given as a URL, "
-             "e.g. '{\"client_kwargs\": {\"endpoint_url\": \"http://minio:9000\"}}'; "
-             "credentials may come from the environment instead (AWS_ACCESS_KEY_ID...).")(command)
-
-
-def _cluster_options(command):
-    """--cluster, --scheduler, --scheduler-file: where the run's workers come from."""
-    command = click.option(
-        "--cluster", "cluster_kind", type=click.Choice(["local", "slurm", "cuda", "kubernetes"]),
-        default="local", show_default=True,
-        help="Kind of cluster to start (slurm: dask-jobqueue, configured by jobqueue.yaml; "
-             "cuda: dask-cuda; kubernetes: the dask-kubernetes operator).")(command)
-    command = click.option(
-        "--scheduler-file", type=click.Path(dir_okay=False), default=None,
-        help="Scheduler file of a running cluster (as written by dask scheduler).")(command)
-    return click.option(
-        "--scheduler", default=None, metavar="ADDRESS",
-        help="Address of a running Dask scheduler [default: start a local cluster].")(command)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -141,7 +29,7 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--config", type=click.Path(dir_okay=False), callback=_load_config,
+@click.option("--config", type=click.Path(dir_okay=False), callback=load_config,
               is_eager=True, expose_value=False,
               help="TOML or YAML file of option values (command-line options win).")
 @click.option("--ic", default="plummer", show_default=True, metavar="KIND|FILE",
@@ -186,11 +74,11 @@ def main() -> None:
               help="Gravitational constant [default: 1, Hénon units].")
 @click.option("--store", default="run.zarr", show_default=True, metavar="PATH|URL",
               help="Zarr store to write: a path, or an object-store URL (s3://bucket/run.zarr).")
-@_storage_options
+@storage_options_option
 @click.option("--overwrite", is_flag=True, help="Replace an existing store.")
 @click.option("--max-energy-error", type=float, default=None, metavar="BOUND",
               help="Stop at the first snapshot with |E/E0 - 1| above BOUND [default: none].")
-@_cluster_options
+@cluster_options
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, tile_size,
         split_every, backend, layout, method, theta, leaf_size, force_error_sample, G, store,
@@ -199,8 +87,8 @@ def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, 
     """Run a simulation and write its trajectory to a Zarr store."""
     from .location import store_location
 
-    with _errors_as_messages():
-        bodies = _initial_conditions(ic, n, seed, eccentricity, storage_options)
+    with errors_as_messages():
+        bodies = initial_conditions(ic, n, seed, eccentricity, storage_options)
         if store_location(store).is_local:  # the options were for --ic
             storage_options = None
         _simulate_and_report(cluster_kind, scheduler, scheduler_file, store, bodies,
@@ -216,15 +104,15 @@ def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, 
 
 @main.command()
 @click.argument("store")
-@_storage_options
-@_cluster_options
+@storage_options_option
+@cluster_options
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 @click.option("--max-energy-error", type=float, default=None, metavar="BOUND",
               help="Stop at the first snapshot with |E/E0 - 1| above BOUND [default: none].")
 def resume(store, storage_options, cluster_kind, scheduler, scheduler_file, progress,
            max_energy_error) -> None:
     """Continue the run in STORE (a path or URL) from its last committed snapshot."""
-    with _errors_as_messages():
+    with errors_as_messages():
         _simulate_and_report(cluster_kind, scheduler, scheduler_file, store, None,
                              resume=True, progress=progress, max_energy_error=max_energy_error,
                              storage_options=storage_options)
@@ -264,12 +152,12 @@ def _simulate_and_report(cluster_kind: str, scheduler: str | None, scheduler_fil
             where = f"; `nbody-dask resume {store}` continues" if store else ""
             click.echo(f"nbody-dask: stopped at once by a second Ctrl-C{where}", err=True)
             sys.exit(130)
-        click.echo(_summary(store, traj))
+        click.echo(run_summary(store, traj))
 
 
 @main.command()
 @click.argument("store")
-@_storage_options
+@storage_options_option
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Read every committed chunk and check its CRC-32C (reads the whole store).")
 def info(store: str, storage_options: dict | None, verify: bool) -> None:
@@ -277,18 +165,18 @@ def info(store: str, storage_options: dict | None, verify: bool) -> None:
     import nbody_dask
     from nbody_dask.storage import verify_trajectory
 
-    with _errors_as_messages():
+    with errors_as_messages():
         traj = nbody_dask.open_trajectory(store, storage_options)
         if verify:
             verify_trajectory(store, storage_options)
-        click.echo(_summary(store, traj))
+        click.echo(run_summary(store, traj))
         if verify:
             click.echo(f"verified     every chunk of {traj.sizes['time']} snapshot(s)")
 
 
 @main.command()
 @click.argument("source", metavar="STORE|KIND|FILE")
-@_storage_options
+@storage_options_option
 @click.option("--snapshot", type=int, default=-1, show_default=True,
               help="Snapshot of STORE to measure (negative: from the end).")
 @click.option("-n", "--n", "n", type=int, default=65_536, show_default=True,
@@ -319,7 +207,7 @@ def accuracy(source, storage_options, snapshot, n, seed, method, theta, leaf_siz
     from nbody_dask.plan import check_method, resolve_method
     from nbody_dask.storage import is_trajectory_store
 
-    with _errors_as_messages():
+    with errors_as_messages():
         settings: dict[str, Any] = {}
         if is_trajectory_store(store_location(source, storage_options)):
             traj = nbody_dask.open_trajectory(source, storage_options)
@@ -329,7 +217,7 @@ def accuracy(source, storage_options, snapshot, n, seed, method, theta, leaf_siz
                             leaf_size=attrs.get("leaf_size"), softening=attrs["softening"],
                             dtype=attrs["dtype"], G=attrs["G"])
         else:
-            bodies = _initial_conditions(source, n, seed, 0.5, storage_options)
+            bodies = initial_conditions(source, n, seed, 0.5, storage_options)
         given = dict(method=method, theta=theta, leaf_size=leaf_size, softening=softening,
                      dtype=dtype)
         settings.update({k: v for k, v in given.items() if v is not None})
@@ -340,20 +228,6 @@ def accuracy(source, storage_options, snapshot, n, seed, method, theta, leaf_siz
         click.echo(f"{method}: {errors}")
 
 
-def _parse_params(_ctx, _param, values: tuple[str, ...]) -> dict[str, Any]:
-    params = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}")
-        try:
-            params[key.strip().replace("-", "_")] = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
-            problem = str(exc).splitlines()[0]
-            raise click.BadParameter(f"cannot read the value of {item!r}: {problem}") from None
-    return params
-
-
 @main.command("ic")
 @click.argument("kind", type=click.Choice(["plummer", "uniform", "kepler", "cold-collapse",
                                            "merger", "disk"]))
@@ -361,7 +235,7 @@ def _parse_params(_ctx, _param, values: tuple[str, ...]) -> dict[str, Any]:
 @click.option("-n", "--n", "n", type=int, default=8192, show_default=True,
               help="Number of bodies (not kepler).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
-@click.option("-p", "--param", "params", multiple=True, callback=_parse_params,
+@click.option("-p", "--param", "params", multiple=True, callback=parse_params,
               metavar="KEY=VALUE", help="Generator parameter, e.g. -p toomre_q=1.5 "
               "(repeatable; see the generator's docstring).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing file.")
@@ -371,27 +245,16 @@ def ic_command(kind, output, n, seed, params, overwrite) -> None:
     from .bodyfiles import save_bodies
     from .initial_conditions import generate
 
-    with _errors_as_messages():
+    with errors_as_messages():
         bodies = generate(kind, n, seed, **params)
         save_bodies(bodies, output, overwrite=overwrite)
         click.echo(f"wrote {bodies.sizes['body']} bodies ({kind}) to {output}")
 
 
-def _same_place(first: str, second: str) -> bool:
-    """True if two paths or URLs name the same file or store."""
-    def place(text: str) -> str:
-        if "://" in text and not text.lower().startswith("file://"):
-            return text.rstrip("/").lower()
-        from .location import store_location
-
-        return str(store_location(text).path.resolve())
-    return place(first) == place(second)
-
-
 @main.command()
 @click.argument("source")
 @click.argument("output", type=click.Path())
-@_storage_options
+@storage_options_option
 @click.option("--snapshot", type=int, default=-1, show_default=True,
               help="Snapshot of a trajectory to export (negative from the end).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing file.")
@@ -400,8 +263,8 @@ def export(source, output, storage_options, snapshot, overwrite) -> None:
     (.hdf5, .h5: readable by GADGET-4, AREPO, SWIFT, pynbody, yt), .npz, .nc or .zarr."""
     from .bodyfiles import load_bodies, save_bodies
 
-    with _errors_as_messages():
-        if _same_place(source, output):
+    with errors_as_messages():
+        if same_place(source, output):
             raise ValueError(f"OUTPUT {output!r} is SOURCE: export writes a new file and "
                              "never replaces what it reads")
         bodies = load_bodies(source, snapshot=snapshot, storage_options=storage_options)
@@ -412,7 +275,7 @@ def export(source, output, storage_options, snapshot, overwrite) -> None:
 
 @main.command()
 @click.argument("store")
-@_storage_options
+@storage_options_option
 @click.option("--out", "directory", type=click.Path(file_okay=False), default=None,
               help="Folder for the images [default: STORE without .zarr, plus -plots; for a "
                    "URL, its last part, in the working directory].")
@@ -436,7 +299,7 @@ def plot(store, storage_options, directory, kinds, snapshots, plane, view, style
     from nbody_dask import plot as plots
     from nbody_dask.location import store_location
 
-    with _errors_as_messages():
+    with errors_as_messages():
         traj = nbody_dask.open_trajectory(store, storage_options)
         if directory is None:
             local = store_location(store, storage_options)
@@ -489,12 +352,12 @@ def bench(sizes, dtype, steps, reps, kernel_sweep, strong_n, weak_n, workers, re
 
     from . import benchmark
 
-    with _errors_as_messages():
+    with errors_as_messages():
         refbench = benchmark.find_reference(reference)
         if reference and refbench is None:
             raise click.ClickException(f"no refbench.py in {reference!r}")
         cores = os.cpu_count() or 1
-        counts = _worker_counts(workers, cores)
+        counts = worker_counts(workers, cores)
         results = []
         ref_kernel = "plain_f64" if dtype == "float64" else "avx512_j"
 
@@ -513,7 +376,7 @@ def bench(sizes, dtype, steps, reps, kernel_sweep, strong_n, weak_n, workers, re
                     "none here (no device or driver); use --backend cpu or auto")
             for kernel in benchmark.cuda_variants(262_144, dtype=dtype):
                 results.append(kernel)
-                click.echo(_rate_line(f"CUDA kernel, 262144 x 262144, block {kernel['block']}, "
+                click.echo(rate_line(f"CUDA kernel, 262144 x 262144, block {kernel['block']}, "
                                       f"{kernel['per_thread']} targets/thread, tiles on the "
                                       "device", kernel))
         elif kernel_sweep:
@@ -521,7 +384,7 @@ def bench(sizes, dtype, steps, reps, kernel_sweep, strong_n, weak_n, workers, re
                 for k in benchmark.kernel_sweep(dtype=dtype, symmetric=symmetric):
                     with_reference(k, 65_536, 1)
                     name = "symmetric kernel" if symmetric else "kernel"
-                    click.echo(_rate_line(f"{name}, 1 thread, {k['n_targets']} x "
+                    click.echo(rate_line(f"{name}, 1 thread, {k['n_targets']} x "
                                           f"{k['n_sources']}", k))
         for n in sizes:
             run = benchmark.simulate_rate(n, steps=steps, dtype=dtype, backend=backend,
@@ -529,7 +392,7 @@ def bench(sizes, dtype, steps, reps, kernel_sweep, strong_n, weak_n, workers, re
             with_reference(run, n, run["threads"])
             spread = (f" [{run['seconds_per_step_min'] * 1e3:.0f}.."
                       f"{run['seconds_per_step_max'] * 1e3:.0f}]" if reps > 1 else "")
-            click.echo(_rate_line(f"simulate N={n}, {run['method']}, {run['backend']}, "
+            click.echo(rate_line(f"simulate N={n}, {run['method']}, {run['backend']}, "
                                   f"tile {run['tile_size']}, "
                                   f"{run['threads']} threads, "
                                   f"{run['seconds_per_step'] * 1e3:.0f}{spread} ms/step", run))
@@ -555,20 +418,6 @@ def bench(sizes, dtype, steps, reps, kernel_sweep, strong_n, weak_n, workers, re
             Path(json_path).write_text(json.dumps(payload, indent=2))
 
 
-def _worker_counts(spec: str | None, cores: int) -> tuple[int, ...]:
-    if spec is None:
-        return tuple(range(1, cores + 1))
-    try:
-        counts = tuple(int(x) for x in spec.split(","))
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated integers, got {spec!r}",
-                                 param_hint="--workers") from None
-    if not counts or min(counts) < 1:
-        raise click.BadParameter(f"worker counts must be >= 1, got {spec!r}",
-                                 param_hint="--workers")
-    return counts
-
-
 def _bench_tree_evaluation(n: int, theta: float | None, dtype: str, results: list) -> None:
     """One tree evaluation at ``n`` and, when installed, pytreegrav's: echoed and kept."""
     from . import benchmark, config
@@ -588,62 +437,6 @@ def _bench_tree_evaluation(n: int, theta: float | None, dtype: str, results: lis
     click.echo(f"  pytreegrav theta={theirs['theta']}: {theirs['seconds']:.3f} s, median "
                f"{theirs['median']:.2e}, p99 {theirs['p99']:.2e}; ratio {ratio:.2f}x "
                f"({'no worse' if ours['median'] <= theirs['median'] else 'worse'} median)")
-
-
-def _rate_line(label: str, result: dict) -> str:
-    rate = result["gint_s"]
-    rate = rate["median"] if isinstance(rate, dict) else rate
-    line = f"{label}: {rate:.2f} Gint/s ({20 * rate:.0f} GFLOPS)"
-    ref = result.get("reference")
-    if ref:
-        ref_rate = ref["gint_s"]["median"]
-        line += (f", reference {ref['kernel']} {ref['threads']} thr {ref_rate:.2f} Gint/s, "
-                 f"ratio {rate / ref_rate:.2f}")
-    return line
-
-
-def _summary(store: str, traj: Any) -> str:
-    attrs = traj.attrs
-    n_snap = traj.sizes["time"]
-    lines = [
-        f"store        {store}",
-        f"bodies       {traj.sizes['body']}  ({attrs['dtype']}, G = {attrs['G']}, "
-        f"softening = {attrs['softening']})",
-        f"forces       {_method_line(attrs)}",
-        f"snapshots    {n_snap} committed",  # open_trajectory shows committed ones only
-    ]
-    if n_snap:
-        steps = traj.step.values
-        times = traj.time.values
-        energy = traj.total_energy.values
-        lines += [
-            f"steps        {int(steps[0])} .. {int(steps[-1])}  (dt = {attrs['dt']}, "
-            f"{attrs['integrator']})",
-            f"time         {times[0]:.6g} .. {times[-1]:.6g}",
-            f"energy       E0 = {energy[0]:.10g}, max |E/E0 - 1| = "
-            f"{np.max(np.abs(energy / energy[0] - 1)) if energy[0] else float('nan'):.3e}",
-            f"momentum     max |P| = {np.abs(traj.momentum.values).max():.3e}",
-        ]
-        if "force_error" in traj:
-            median, p99, largest = traj.force_error.values.max(axis=0)
-            lines.append(f"force error  worst snapshot: median {median:.2e}, p99 {p99:.2e}, "
-                         f"max {largest:.2e} ({attrs['force_error_sample']} sampled bodies)")
-    return "\n".join(lines)
-
-
-def _method_line(attrs: dict) -> str:
-    if attrs.get("method") == "tree":
-        return f"tree (theta = {attrs['theta']}, leaf size {attrs['leaf_size']})"
-    return "direct summation"
-
-
-@contextlib.contextmanager
-def _errors_as_messages() -> Iterator[None]:
-    """Turn the library's input errors into click's one-line messages (exit code 1)."""
-    try:
-        yield
-    except (ValueError, TypeError, OSError, ImportError, RuntimeError, ArithmeticError) as exc:
-        raise click.ClickException(str(exc)) from None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import config, methods
@@ -35,8 +35,8 @@ from ._validate import check_int, check_real
 if TYPE_CHECKING:
     from .methods import ForceMethod
 
-__all__ = ["LAYOUTS", "BACKENDS", "DTYPES", "check_layout", "check_backend", "check_method", "resolve_method",
-           "TREE_CROSSOVER", "Plan", "Part",
+__all__ = ["LAYOUTS", "BACKENDS", "DTYPES", "check_layout", "check_backend", "check_method",
+           "resolve_method", "TREE_CROSSOVER", "Plan", "Part",
            "tile_bounds", "auto_tile_size", "direct_tile_size", "reduction_groups",
            "submission_ends"]
 

@@ -37,8 +37,9 @@ class StopRequest(threading.Event):
 def stop_on_signals() -> Iterator[StopRequest]:
     """A stop request set by SIGTERM or Ctrl-C while the block runs (main thread only).
 
-    Either lets the steps in flight finish and commit, then :class:`~nbody_dask.driver.SimulationInterrupted` is
-    raised. After a first Ctrl-C, a second one interrupts at once (``KeyboardInterrupt``).
+    Either lets the steps in flight finish and commit, then
+    :class:`~nbody_dask.driver.SimulationInterrupted` is raised. After a first Ctrl-C, a
+    second one interrupts at once (``KeyboardInterrupt``).
     """
     stop = StopRequest()
     if threading.current_thread() is not threading.main_thread():

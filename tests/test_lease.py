@@ -250,7 +250,7 @@ def test_lease_race_between_threads_on_s3_breaks_nothing_in_50_trials(s3):
         leases = [lease.WriterLease(location, heartbeat=3600) for _ in range(2)]
         barrier, outcome = threading.Barrier(2), [None, None]
 
-        def acquire(i):
+        def acquire(i, leases=leases, barrier=barrier, outcome=outcome):
             barrier.wait()
             try:
                 leases[i].acquire()

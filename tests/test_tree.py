@@ -305,7 +305,8 @@ import nbody_dask
 from nbody_dask.kernels import tree
 position = nbody_dask.plummer(3000, seed=4).position.values.T.copy()
 mass = np.full(3000, 1 / 3000)
-near, far = tree.build(position[:, :1500], mass[:1500], 64), tree.build(position[:, 1500:], mass[1500:], 64)
+near = tree.build(position[:, :1500], mass[:1500], 64)
+far = tree.build(position[:, 1500:], mass[1500:], 64)
 np.save(sys.argv[1], np.stack([tree.walk(near, far, 1e-4, theta, True, False)
                                for theta in (0.4, 1.0)]))
 """

@@ -317,7 +317,7 @@ def test_cli_runs_the_tree_and_reports_its_accuracy(tmp_path):
                                   "--tile-size", "300", "--method", "tree", "--theta", "0.5",
                                   "--store", str(store), "--no-progress"])
     assert result.exit_code == 0, result.output
-    assert "forces       tree (theta = 0.5, leaf size 64)" in result.output
+    assert "forces       tree (theta = 0.5, leaf_size = 64)" in result.output
     result = runner.invoke(main, ["accuracy", str(store), "--sample", "200"])
     assert result.exit_code == 0, result.output
     line = result.output.strip()

@@ -126,10 +126,10 @@ def far_walk_sorted(targets, cells, far, eps2, theta, with_potential, chunks):
     ``far`` (in that order), every accepted cell through the M2P kernel.
 
     ``targets`` is the target tree's :attr:`~nbody_dask.kernels.octree.TileTree.targets`,
-    ``cells`` the forest's :attr:`Forest.cells`. A summary leaf that fails the opening test would need the tile's bodies:
-    it adds nothing and is counted. Returns the forces (3 or 4 rows, in the targets' sorted
-    order) and that count, which is 0 whenever the tiles ``far`` were classified far
-    (:func:`near_sources`) with a margin the bodies kept to.
+    ``cells`` the forest's :attr:`Forest.cells`. A summary leaf that fails the opening test
+    would need the tile's bodies: it adds nothing and is counted. Returns the forces (3 or
+    4 rows, in the targets' sorted order) and that count, which is 0 whenever the tiles
+    ``far`` were classified far (:func:`near_sources`) with a margin the bodies kept to.
     """
     tx, ty, tz, tstart, tend, tleaf = targets
     roots, skip, leaf, mass, com, quad, bmax, acceptable = cells
