@@ -29,6 +29,14 @@ def get(key: str, value: Any = None) -> Any:
     return dask.config.get(f"nbody.{key}") if value is None else value
 
 
+def _hyphenated(settings: Any) -> Any:
+    """``settings`` with ``_`` in keys read as ``-``, as dask.config reads them (an
+    environment variable ``DASK_NBODY__LOCAL_CLUSTER__...`` sets ``local_cluster``)."""
+    if not isinstance(settings, dict):
+        return settings
+    return {str(k).replace("_", "-"): _hyphenated(v) for k, v in settings.items()}
+
+
 @functools.cache
 def _schema() -> dict[str, Any]:
     with SCHEMA_FILE.open() as f:
@@ -49,7 +57,7 @@ def validate() -> None:
 
     validator = jsonschema.Draft202012Validator(_schema())
     error = jsonschema.exceptions.best_match(
-        validator.iter_errors({"nbody": dask.config.get("nbody")}))
+        validator.iter_errors({"nbody": _hyphenated(dask.config.get("nbody"))}))
     if error is not None:
         where = ".".join(str(part) for part in error.absolute_path) or "nbody"
         raise ValueError(f"configuration {where}: {error.message}")

@@ -76,3 +76,14 @@ def test_settings_in_force_are_checked_before_any_work(no_cluster, key, value, m
         with pytest.raises(ValueError, match=match):
             nbody_dask.simulate(nbody_dask.plummer(8, seed=0), steps=1, dt=0.1,
                                 progress=False)
+
+
+def test_settings_from_the_environment_pass_the_check():
+    """DASK_NBODY__LOCAL_CLUSTER__PROCESSES sets nbody.local_cluster (underscore), which
+    dask.config reads as local-cluster: so does the check."""
+    out = subprocess.run(
+        [sys.executable, "-c", "from nbody_dask import config; config.validate(); print('ok')"],
+        capture_output=True, text=True, env={**__import__("os").environ,
+                                             "DASK_NBODY__LOCAL_CLUSTER__PROCESSES": "true",
+                                             "DASK_NBODY__SPLIT_EVERY": "4"})
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]
