@@ -430,6 +430,8 @@ def open_trajectory(store: Store, storage_options: Mapping[str, Any] | None = No
         raise FileNotFoundError(f"no trajectory store at {str(location)!r}")
     root = _open_root(location)
     committed = _committed(root, location)
+    for name in _LAID_OUT:  # read (or, for mass, looked at) before xarray reads them
+        _check_laid_out(location, root, name)
     try:
         ds = xr.open_zarr(location.zarr_store(read_only=True))
     except Exception as exc:  # zarr and xarray raise many kinds here
@@ -445,12 +447,50 @@ def open_trajectory(store: Store, storage_options: Mapping[str, Any] | None = No
         raise ValueError(f"store {str(location)!r} is damaged: {committed} snapshots committed "
                          f"but {ds.sizes['time']} laid out")
     ds = ds.isel(time=slice(0, committed))
-    for name in ("position", "velocity", *_SCALARS, *_VECTORS,
+    for name in ("position", "velocity", "mass", *_SCALARS, *_VECTORS,
                  *([_ERRORS] if _ERRORS in ds else [])):
-        reader = _CheckedReader(location, name, committed)
+        reader = _CheckedReader(location, name, committed if name != "mass" else None)
         ds[name] = ds[name].copy(data=da.from_array(
             reader, chunks=ds[name].data.chunks, name=f"nbody-read-{name}-{tokenize(reader)}"))
     return ds
+
+
+#: Variables laid out whole when the store is created (coordinates and masses): every chunk
+#: must be on disk from the start.
+_LAID_OUT = ("time", "step", "body", "mass")
+
+
+def _check_laid_out(location: StoreLocation, root: zarr.Group, name: str) -> None:
+    """Raise :class:`DamagedStoreError` naming the store, ``name`` and where, if a chunk of
+    a variable written at layout is missing, or (coordinates, read here whole: small, and
+    xarray reads them anyway) fails its check; a missing chunk would read as the fill value
+    (NaN times, steps and body ids of 0) without a word."""
+    try:
+        array = root[name]
+    except KeyError:
+        raise ValueError(f"store {str(location)!r} is damaged: variable {name!r} missing"
+                         ) from None
+    if array.nchunks_initialized < array.nchunks:
+        size = array.chunks[0]
+        missing = next(i for i in range(array.nchunks) if not location.exists(f"{name}/c/{i}"))
+        raise DamagedStoreError(f"store {str(location)!r} is damaged: "
+                                f"{_where(name, missing * size, (missing + 1) * size)} of "
+                                f"{name!r}: a chunk is missing")
+    if name == "mass":  # as large as the bodies: checked where read (_CheckedReader)
+        return
+    try:
+        array[:]
+    except Exception as exc:  # checksum mismatch, truncation, decompression failure
+        raise DamagedStoreError(f"store {str(location)!r} is damaged: "
+                                f"{_where(name, 0, array.shape[0])} of {name!r}: a chunk "
+                                f"fails its check ({type(exc).__name__}: {exc})") from None
+
+
+def _where(name: str, lo: int, hi: int) -> str:
+    """Which snapshots or bodies ``lo:hi`` of variable ``name`` are."""
+    if name in ("body", "mass"):
+        return f"bodies {lo}..{hi - 1}"
+    return f"snapshot {lo}" if hi - lo == 1 else f"snapshots {lo}..{hi - 1}"
 
 
 class DamagedStoreError(ValueError):
@@ -458,18 +498,19 @@ class DamagedStoreError(ValueError):
 
 
 class _CheckedReader:
-    """Committed snapshots of one variable, read so that damage names snapshot and variable.
+    """Committed snapshots of one variable (or, for ``mass``, its bodies), read so that damage
+    names the snapshot (or bodies) and the variable.
 
     Every chunk carries a CRC-32C: a flipped or truncated chunk fails to decode. A missing
     chunk would read as the fill value, NaN, which no committed snapshot holds (a run stops
     at its first non-finite state): NaN is reported as a missing chunk.
     """
 
-    def __init__(self, path: StoreLocation, name: str, committed: int) -> None:
+    def __init__(self, path: StoreLocation, name: str, committed: int | None) -> None:
         self.path, self.name = path, name
         self._array = array = zarr.open_array(store=path.zarr_store(read_only=True),
                                               path=name, mode="r")
-        self.shape = (committed, *array.shape[1:])
+        self.shape = array.shape if committed is None else (committed, *array.shape[1:])
         self.dtype = array.dtype
         self.ndim = array.ndim
         self.chunks = array.chunks
@@ -493,8 +534,7 @@ class _CheckedReader:
         return values
 
     def _damaged(self, times, what: str) -> DamagedStoreError:
-        where = (f"snapshot {times[0]}" if len(times) == 1
-                 else f"snapshots {times[0]}..{times[-1]}")
+        where = _where(self.name, times[0], times[-1] + 1) if len(times) else "nothing"
         return DamagedStoreError(f"store {str(self.path)!r} is damaged: {where} of "
                                  f"{self.name!r}: {what}")
 

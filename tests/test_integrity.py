@@ -90,3 +90,21 @@ def test_info_verifies_a_sound_store(interrupted_store):
     result = CliRunner().invoke(main, ["info", str(interrupted_store)])
     assert result.exit_code == 0, result.output
     assert "verified     every chunk of 3 snapshot(s)" in result.output
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+@pytest.mark.parametrize("variable, chunk, where", [
+    ("mass", "0", "bodies 0..63"), ("time", "0", "snapshots 0..3"),
+    ("step", "0", "snapshots 0..3"), ("body", "0", "bodies 0..63")])
+def test_every_variable_is_checked(interrupted_store, damage, variable, chunk, where):
+    """Masses, times, steps and body ids too: a missing chunk read as NaN masses and times,
+    steps and ids of 0, and `info` said "verified every chunk" (issue 33, item 4); a
+    flipped one failed without naming the store or the variable."""
+    store = interrupted_store
+    harm, what = DAMAGE[damage]
+    harm(store / variable / "c" / chunk)
+    message = f"{where} of '{variable}': a chunk {what}"
+    with pytest.raises(DamagedStoreError, match=rf"store '{store}' is damaged: {message}"):
+        nbody_dask.open_trajectory(store).load()
+    info = CliRunner().invoke(main, ["info", str(store)])
+    assert info.exit_code == 1 and message in info.output, info.output
