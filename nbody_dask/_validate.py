@@ -7,7 +7,7 @@ import numbers
 from pathlib import Path
 from typing import Any
 
-__all__ = ["check_int", "check_real", "check_new_file"]
+__all__ = ["check_int", "check_real", "check_new_file", "check_memory"]
 
 
 def check_new_file(path: Path, overwrite: bool) -> None:
@@ -18,6 +18,26 @@ def check_new_file(path: Path, overwrite: bool) -> None:
     if path.exists() and not overwrite:
         raise FileExistsError(f"{str(path)!r} exists; pass overwrite=True (--overwrite) to "
                               "replace it")
+
+
+def check_memory(name: str, value: Any, nbytes: float, what: str) -> None:
+    """Refuse, before allocating, work that needs more memory than this machine has
+    available: a MemoryError in one line naming ``name``, its ``value``, the estimated bytes
+    and what they are for."""
+    import psutil
+
+    available = psutil.virtual_memory().available
+    if nbytes > available:
+        raise MemoryError(f"{name}={value!r} needs about {_size(nbytes)} of memory for {what}, "
+                          f"more than the {_size(available)} available here")
+
+
+def _size(nbytes: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if nbytes < 1024 or unit == "PiB":
+            return f"{nbytes:.3g} {unit}"
+        nbytes /= 1024
+    return f"{nbytes:.3g} PiB"  # pragma: no cover
 
 
 def check_int(name: str, value: Any, minimum: int) -> int:

@@ -226,5 +226,6 @@ def errors_as_messages() -> Iterator[None]:
     """Turn the library's input errors into click's one-line messages (exit code 1)."""
     try:
         yield
-    except (ValueError, TypeError, OSError, ImportError, RuntimeError, ArithmeticError) as exc:
+    except (ValueError, TypeError, OSError, ImportError, RuntimeError, ArithmeticError,
+            MemoryError) as exc:
         raise click.ClickException(str(exc)) from None

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from ._validate import check_int, check_real
+from ._validate import check_int, check_memory, check_real
 from .bodies import make_bodies
 
 __all__ = [
@@ -28,6 +28,19 @@ __all__ = [
 ]
 
 HENON_UNITS = "N-body (Henon) units: G = M = 1, E = -1/4"
+
+
+#: Bytes per body of a generator at its peak: float64 positions, velocities and masses (56)
+#: and the few temporary arrays of the same size that sampling makes.
+GENERATOR_BYTES_PER_BODY = 256
+
+
+def _body_count(n: Any, minimum: int) -> int:
+    """``n`` checked as a number of bodies: an integer >= ``minimum`` whose body set fits in
+    this machine's memory (a one-line MemoryError before any allocation otherwise)."""
+    n = check_int("n", n, minimum)
+    check_memory("n", n, n * GENERATOR_BYTES_PER_BODY, "the initial conditions")
+    return n
 
 
 def _centred(pos: np.ndarray, vel: np.ndarray, mass: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -55,7 +68,7 @@ def uniform_cube(n: int, seed: int = 0, *, side: float = 1.0) -> xr.Dataset:
     side : float
         Edge length of the cube, centred on the origin.
     """
-    n = check_int("n", n, 1)
+    n = _body_count(n, 1)
     side = check_real("side", side, positive=True)
     rng = np.random.default_rng(seed)
     pos = (rng.random((n, 3)) - 0.5) * side
@@ -82,7 +95,7 @@ def plummer(n: int, seed: int = 0, *, max_mass_fraction: float = 0.999) -> xr.Da
         Radii are drawn from the inner ``max_mass_fraction`` of the mass, which avoids rare
         bodies at very large radii (0.999: outside ~ 10 a).
     """
-    n = check_int("n", n, 1)
+    n = _body_count(n, 1)
     max_mass_fraction = check_real("max_mass_fraction", max_mass_fraction, positive=True)
     if max_mass_fraction > 1:
         raise ValueError(f"max_mass_fraction must be <= 1, got {max_mass_fraction!r}")
@@ -205,7 +218,7 @@ def cold_collapse(n: int, seed: int = 0, *, virial_ratio: float = 0.0) -> xr.Dat
         ``2K / |W|`` of the start, ``0 <= virial_ratio < 2`` (0: exactly cold). Velocities are
         isotropic Gaussian, scaled to that ratio of the continuum sphere's ``W``.
     """
-    n = check_int("n", n, 1)
+    n = _body_count(n, 1)
     q = check_real("virial_ratio", virial_ratio, nonnegative=True)
     if q >= 2:
         raise ValueError(f"virial_ratio must be < 2 for a bound sphere, got {q!r}")
@@ -256,7 +269,7 @@ def merger(
         Approach speed; by default that of a parabolic orbit of two point masses,
         ``sqrt(2 G M / r)`` with ``r`` the initial distance of the centres.
     """
-    n = check_int("n", n, 2)
+    n = _body_count(n, 2)
     mass_ratio = check_real("mass_ratio", mass_ratio, positive=True)
     if mass_ratio > 1:
         raise ValueError(f"mass_ratio must be <= 1 (second sphere the lighter), got {mass_ratio!r}")
@@ -338,7 +351,7 @@ def exponential_disk(
     truncation : float
         Largest radius, in scale lengths (> 1).
     """
-    n = check_int("n", n, 1)
+    n = _body_count(n, 1)
     r_d = check_real("scale_length", scale_length, positive=True)
     z0 = check_real("scale_height", scale_height, positive=True)
     q = check_real("toomre_q", toomre_q, nonnegative=True)

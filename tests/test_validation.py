@@ -209,3 +209,22 @@ def test_full_disk_keeps_committed_snapshots(client, tiny_mount):
     assert 1 <= traj.sizes["time"] < 41
     assert np.isfinite(traj.position.values).all()
     np.testing.assert_array_equal(traj.position.values[0], ds.position.values)
+
+
+@pytest.mark.parametrize("command", [["run", "--no-progress"], ["ic", "plummer", "ic.npz"],
+                                     ["accuracy", "plummer"]])
+def test_too_many_bodies_for_this_machine_is_one_line_before_allocating(tmp_path, command,
+                                                                        monkeypatch):
+    """`--n 1000000000000` ended in a 30-line MemoryError traceback (issue 33, item 8)."""
+    from click.testing import CliRunner
+
+    from nbody_dask.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, [*command, "--n", "1000000000000"])
+    assert result.exit_code == 1, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith("Error: n=1000000000000 needs about ") and "TiB of memory for the " \
+        "initial conditions, more than the " in line, result.output
+    with pytest.raises(MemoryError, match=r"n=10000000000000 needs about 2.27 PiB"):
+        nbody_dask.plummer(10**13)
