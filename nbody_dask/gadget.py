@@ -63,22 +63,35 @@ def read_gadget(path: str | os.PathLike, *, types: tuple[int, ...] | None = None
     Raises
     ------
     ValueError
-        If the file has no ``Header``, is one of several files, has no particles of the
-        types asked for, or a type lacks a dataset (naming it).
+        If the file has no ``Header``, is one of several files (``NumFilesPerSnapshot``, or
+        a ``NumPart_Total`` larger than ``NumPart_ThisFile``), has no particles of the types
+        asked for, a type lacks a dataset, or a dataset's length differs from the header's
+        count (naming the file, the dataset and both numbers); ``types`` outside 0-5.
+    OSError
+        If the file cannot be read as HDF5, naming it.
     """
     h5py = _h5py()
     path = Path(path)
-    with h5py.File(path, "r") as f:
+    if types is not None:
+        types = tuple(types)
+        if not all(isinstance(k, int | np.integer) and 0 <= k < _TYPES for k in types):
+            raise ValueError(f"types must be particle types 0-{_TYPES - 1}, got {types!r}")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise OSError(f"{str(path)!r} cannot be read as an HDF5 file: {exc}") from None
+    with f:
         if "Header" not in f:
             raise ValueError(f"{str(path)!r} has no Header group: not a GADGET-layout "
                              "HDF5 snapshot")
         header = dict(f["Header"].attrs)
-        if int(np.atleast_1d(header.get("NumFilesPerSnapshot", 1))[0]) > 1:
-            raise ValueError(f"{str(path)!r} is one file of a multi-file snapshot; "
+        counts = _header_counts(header, "NumPart_ThisFile")
+        total = _header_counts(header, "NumPart_Total", "NumPart_Total_HighWord")
+        several = int(np.atleast_1d(header.get("NumFilesPerSnapshot", 1))[0]) > 1
+        if several or ("NumPart_Total" in header and (total > counts).any()):
+            raise ValueError(f"{str(path)!r} is one file of a multi-file snapshot "
+                             f"({int(counts.sum())} of {int(total.sum())} particles); "
                              "combine the files first")
-        counts = np.zeros(_TYPES, dtype=np.int64)
-        numpart = np.asarray(header.get("NumPart_ThisFile", counts), dtype=np.int64)
-        counts[:numpart.size] = numpart
         table = np.zeros(_TYPES)
         given = np.asarray(header.get("MassTable", table), dtype=float)
         table[:given.size] = given
@@ -96,6 +109,17 @@ def read_gadget(path: str | os.PathLike, *, types: tuple[int, ...] | None = None
     return ds.assign_coords(time=float(np.atleast_1d(header.get("Time", 0.0))[0]))
 
 
+def _header_counts(header: dict, name: str, high_word: str | None = None) -> np.ndarray:
+    """A header's per-type particle counts (six, int64; with the high words of totals)."""
+    counts = np.zeros(_TYPES, dtype=np.int64)
+    given = np.asarray(header.get(name, counts), dtype=np.int64).ravel()[:_TYPES]
+    counts[:given.size] = given
+    if high_word is not None and high_word in header:
+        high = np.asarray(header[high_word], dtype=np.int64).ravel()[:_TYPES]
+        counts[:high.size] += high << 32
+    return counts
+
+
 def _read_type(f, path: Path, k: int, count: int, table_mass: float):
     group_name = f"PartType{k}"
     if group_name not in f:
@@ -103,9 +127,18 @@ def _read_type(f, path: Path, k: int, count: int, table_mass: float):
                          f"but there is no {group_name} group")
     group = f[group_name]
     arrays = {}
-    for name in ("Coordinates", "Velocities", "ParticleIDs"):
+    names = ("Coordinates", "Velocities", "ParticleIDs", *(("Masses",) if "Masses" in group
+                                                           else ()))
+    for name in names:  # every length checked before anything is read (or allocated)
         if name not in group:
             raise ValueError(f"{str(path)!r}: {group_name} has no {name} dataset")
+        shape = group[name].shape
+        if shape[:1] != (count,) or (name in ("Coordinates", "Velocities")
+                                     and shape[1:] != (3,)):
+            want = f"({count}, 3)" if name in ("Coordinates", "Velocities") else f"({count},)"
+            raise ValueError(f"{str(path)!r}: {group_name}/{name} has shape {shape}, but the "
+                             f"header's NumPart_ThisFile[{k}] = {count} needs {want}")
+    for name in ("Coordinates", "Velocities", "ParticleIDs"):
         arrays[name] = group[name][...]
     if "Masses" in group:
         mass = group["Masses"][...]

@@ -112,3 +112,49 @@ def test_bad_files_are_refused_clearly(tmp_path):
         load_bodies(missing)
     result = CliRunner().invoke(main, ["run", "--ic", str(missing), "--no-progress"])
     assert result.exit_code == 1 and "Traceback" not in result.output
+
+
+def _edit_header(path, **attrs):
+    with h5py.File(path, "r+") as f:
+        for name, value in attrs.items():
+            if value is None:
+                del f["Header"].attrs[name]
+            else:
+                f["Header"].attrs[name] = value
+
+
+@pytest.mark.parametrize("attrs, match", [
+    # the header claims more (or fewer) particles than the datasets hold (issue 33, item 7)
+    (dict(NumPart_ThisFile=np.array([0, 1_000_000, 3, 0, 0, 0], dtype=np.uint32),
+          NumPart_Total=np.array([0, 1_000_000, 3, 0, 0, 0], dtype=np.uint32)),
+     r"PartType1/Coordinates has shape \(5, 3\), but the header's NumPart_ThisFile\[1\] = "
+     r"1000000 needs \(1000000, 3\)"),
+    (dict(NumPart_ThisFile=np.array([0, 3, 3, 0, 0, 0], dtype=np.uint32),
+          NumPart_Total=np.array([0, 3, 3, 0, 0, 0], dtype=np.uint32)),
+     r"PartType1/Coordinates has shape \(5, 3\), but .* = 3 needs \(3, 3\)"),
+    # one file of two, without NumFilesPerSnapshot: the totals say so
+    (dict(NumFilesPerSnapshot=None,
+          NumPart_Total=np.array([0, 10, 6, 0, 0, 0], dtype=np.uint32)),
+     r"one file of a multi-file snapshot \(8 of 16 particles\)"),
+    # a 2e9-particle claim with a mass table: refused before allocating 16 GB of masses
+    (dict(NumPart_ThisFile=np.array([0, 2_000_000_000, 3, 0, 0, 0], dtype=np.uint32),
+          NumPart_Total=np.array([0, 2_000_000_000, 3, 0, 0, 0], dtype=np.uint32)),
+     r"NumPart_ThisFile\[1\] = 2000000000 needs"),
+])
+def test_headers_are_checked_against_the_datasets(tmp_path, attrs, match):
+    path = tmp_path / "snap.hdf5"
+    _other_codes_file(path)
+    _edit_header(path, **attrs)
+    with pytest.raises(ValueError, match=match):
+        read_gadget(path)
+
+
+def test_bad_types_and_unreadable_files_are_named(tmp_path):
+    path = tmp_path / "snap.hdf5"
+    _other_codes_file(path)
+    with pytest.raises(ValueError, match=r"types must be particle types 0-5, got \(7,\)"):
+        read_gadget(path, types=(7,))
+    broken = tmp_path / "broken.hdf5"
+    broken.write_bytes(b"not hdf5 at all")
+    with pytest.raises(OSError, match=rf"'{broken}' cannot be read as an HDF5 file"):
+        read_gadget(broken)
