@@ -99,6 +99,9 @@ def fresh_start(bodies: Any, store: Any, storage_options: dict | None, overwrite
     if missing:
         raise TypeError(f"simulate() needs {', '.join(missing)} (or resume=True with a store)")
     ds = as_bodies(bodies)
+    if args.G not in (None, 1) and {"length_unit", "mass_unit"} <= set(ds.attrs):
+        raise ValueError(f"G={args.G!r}: the bodies are in physical units, whose code units "
+                         "set G = 1 (nbody_dask.units); leave G out")
     args = replace(args, dt=code_value("dt", args.dt, ds.attrs, "time"),
                    softening=code_value("softening", 0.0 if args.softening is None
                                         else args.softening, ds.attrs, "length"))
@@ -127,6 +130,8 @@ def resume_point(bodies: Any, store: Any, storage_options: dict | None, overwrit
     refuse_if_in_use(path)
     ds = open_trajectory(path)  # validates the store
     plan = stored_plan(ds, check_backend(config.get("backend", args.backend)))
+    args = replace(args, dt=code_value("dt", args.dt, ds.attrs, "time"),
+                   softening=code_value("softening", args.softening, ds.attrs, "length"))
     args.check_resume(plan)
     if ds.sizes["time"] == 0:
         raise ValueError(f"store {str(path)!r} has no committed snapshot to resume from; "

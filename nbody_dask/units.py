@@ -150,7 +150,8 @@ def code_value(name: str, value: Any, attrs: dict[str, Any], kind: str) -> Any:
     Raises
     ------
     ValueError
-        For a quantity when the bodies have no unit system.
+        For a quantity when the bodies have no unit system, or one of another physical type
+        than ``kind`` (naming the parameter and the value).
     """
     if not is_quantity(value):
         return value
@@ -159,6 +160,9 @@ def code_value(name: str, value: Any, attrs: dict[str, Any], kind: str) -> Any:
         raise ValueError(f"{name}={value!r} is a quantity but the bodies are in code units; "
                          "give the bodies as quantities too, or a plain number")
     unit = system.length if kind == "length" else system.time
+    if not value.unit.is_equivalent(unit.unit):
+        raise ValueError(f"{name}={value!r} must be a {kind}, got unit "
+                         f"{value.unit.to_string()!r}")
     return float((value / unit).to_value(_u().dimensionless_unscaled))
 
 

@@ -88,3 +88,30 @@ def test_mistakes_are_refused_clearly(no_cluster):
         nbody_dask.simulate(plain, steps=1, dt=1 * u.Myr)
     with pytest.raises(ValueError, match="no physical unit system"):
         units.physical(plain)
+
+
+def test_units_at_the_boundary_name_the_parameter(no_cluster):
+    """G with bodies in physical units (whose code units already set G = 1) is refused, and a
+    quantity of the wrong kind names the parameter (issue 33, item 6)."""
+    bodies = nbody_dask.make_bodies(*_galaxy_bodies())
+    with pytest.raises(ValueError, match=r"G=4\.3e-06: the bodies are in physical units"):
+        nbody_dask.simulate(bodies, steps=1, dt=0.1 * u.Myr, G=4.3e-6)
+    with pytest.raises(ValueError, match=r"dt=<Quantity 3\. m> must be a time, got unit 'm'"):
+        nbody_dask.simulate(bodies, steps=1, dt=3 * u.m)
+    with pytest.raises(ValueError, match=r"softening=<Quantity 1\. s> must be a length"):
+        nbody_dask.simulate(bodies, steps=1, dt=0.1 * u.Myr, softening=1 * u.s)
+
+
+def test_resume_takes_the_same_quantities(tmp_path, client):
+    """The run's own dt and softening, as quantities, are accepted on resume; others are
+    refused naming the parameter."""
+    bodies = nbody_dask.make_bodies(*_galaxy_bodies(seed=2))
+    store = tmp_path / "galaxy.zarr"
+    kw = dict(dt=0.1 * u.Myr, softening=0.05 * u.kpc)
+    nbody_dask.simulate(bodies, steps=2, store=store, client=client, progress=False, **kw)
+    again = nbody_dask.simulate(store=store, resume=True, client=client, progress=False, **kw)
+    assert again.sizes["time"] == 2
+    with pytest.raises(ValueError, match=r"resume: dt=.* differs from the store's dt="):
+        nbody_dask.simulate(store=store, resume=True, dt=0.2 * u.Myr, client=client)
+    with pytest.raises(ValueError, match=r"dt=<Quantity 1\. m> must be a time"):
+        nbody_dask.simulate(store=store, resume=True, dt=1 * u.m, client=client)
