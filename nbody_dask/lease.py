@@ -10,7 +10,8 @@ pid no longer runs or now belongs to another process; on another host, a shared 
 system's or an object store's, its heartbeat is older than ``nbody.lease.timeout`` seconds).
 Acquiring (:meth:`WriterLease.acquire`) is three store operations: list the generations
 (probing past the listing, which an object store may not have updated yet), read the newest
-``k`` and refuse if it is live, create ``k + 1`` exclusively (none: create 0). Exactly one of
+``k`` and refuse if it is live or gone (only a newer generation's holder deletes one),
+create ``k + 1`` exclusively (none: create 0). Exactly one of
 any number of racing runs gets the store, in every interleaving of those operations: a
 generation is created once; whoever creates ``k + 1`` read ``k`` not live, and every run
 that lists after that creation finds ``k + 1`` (live) as the newest and is refused, while
@@ -216,7 +217,11 @@ class WriterLease:
         if taken:
             yield "read"
             newest = _read(self.store, taken[-1])
-            if newest is not None and newest.live(self.timeout):
+            if newest is None:  # gone since the listing: a newer generation replaced it
+                raise StoreInUseError(f"store {str(self.store)!r} was just taken by another "
+                                      "run (its lease generation changed while this one "
+                                      "looked)")
+            if newest.live(self.timeout):
                 raise StoreInUseError(f"store {str(self.store)!r} is in use by "
                                       f"{newest.describe(self.timeout)}; wait for that run to "
                                       "end or stop it")

@@ -188,7 +188,9 @@ def _race(location, prepare, schedule, n):
 
 def _check_one_owner(location, outcome, leases):
     try:
-        assert outcome.count("owner") == 1, outcome
+        records = {n: location.read_bytes(n) for n in location.names() if lease.is_lease_file(n)}
+        assert outcome.count("owner") == 1, (outcome, [held.generation for held in leases],
+                                             [held.run_id for held in leases], records)
         owner = leases[outcome.index("owner")]
         assert owner.held() and lease.holder(location).run_id == owner.run_id
         records = [n for n in location.names() if lease.is_lease_file(n)]
