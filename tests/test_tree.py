@@ -370,3 +370,21 @@ def test_massless_bodies_feel_the_field_and_leave_it_unchanged():
     ref = _direct(position, mass, 0.01)
     err = np.linalg.norm(got - ref, axis=1) / np.linalg.norm(ref, axis=1)
     assert np.median(err[:3000]) < 3e-4 and np.median(err[3000:]) < 3e-4
+
+
+def test_a_far_outlier_leaves_the_rest_of_the_tree_deep():
+    """One body at 1e9 beside a Plummer sphere: 21-bit keys in the bounding cube put the
+    whole sphere in one leaf (the walk became a direct sum, 3.7x slower: issue 33, item 15);
+    keys in a cube around the central bodies keep leaves of leaf_size, and the forces as
+    accurate as without the outlier."""
+    bodies = nbody_dask.plummer(20000, seed=1)
+    position = np.concatenate([bodies.position.values.T, [[1e9], [0.0], [0.0]]], axis=1)
+    mass = np.append(bodies.mass.values, bodies.mass.values[0])
+    built = tree.build(position, mass, LEAF)
+    sizes = (built.end - built.start)[built.leaf]
+    assert sizes.max() <= 2 * LEAF and len(sizes) >= 20000 // LEAF
+    acc = tree_accelerations(position, mass, 0.01, THETA, LEAF).T
+    targets = np.arange(0, 20001, 97)
+    ref = _direct(position.T, mass, 0.01, targets)
+    err = np.linalg.norm(acc[targets] - ref, axis=1) / np.linalg.norm(ref, axis=1)
+    assert np.median(err) < 3e-4

@@ -20,8 +20,9 @@ from numba import njit, prange
 
 from .law import JIT_OPTIONS as _JIT
 
-__all__ = ["KEY_BITS", "SUMMARY_BODIES", "morton_keys", "take", "build_tree", "cell_moments",
-           "acceptable_cells", "TileTree", "build", "refit"]
+__all__ = ["KEY_BITS", "SUMMARY_BODIES", "OUTLIER_SPAN", "CUBE_SAMPLE", "CUBE_TAIL",
+           "morton_keys", "take", "build_tree", "cell_moments", "acceptable_cells",
+           "key_cube", "TileTree", "build", "refit"]
 
 KEY_BITS = 21  #: bits per axis of a Morton key (63 in all)
 
@@ -259,14 +260,45 @@ class TileTree:
                 self.mass, self.com, self.quad, self.bmax, self.acceptable)
 
 
+#: A bounding cube more than this many times wider than the central bodies' box (a quantile
+#: box of a sample) means far outliers: with 21 bits per axis, a body at 1e9 beside a sphere
+#: of radius 1 would put the whole sphere in one leaf and make the walk a direct sum.
+OUTLIER_SPAN = 1024.0
+#: Bodies sampled (evenly, by index) for the central box, and the share of them cut off on
+#: each side of each axis.
+CUBE_SAMPLE, CUBE_TAIL = 4096, 0.002
+
+
+def key_cube(position: np.ndarray) -> tuple[np.ndarray, float]:
+    """The cube (lower corner, edge; float64) that a tile's own keys are taken in.
+
+    Normally the bodies' bounding cube. When that is more than :data:`OUTLIER_SPAN` times
+    wider than the box of the central bodies (axis quantiles ``CUBE_TAIL`` and ``1 -
+    CUBE_TAIL`` of a strided sample of :data:`CUBE_SAMPLE`), a cube of four times that box
+    around its centre instead: the outliers' keys are clamped to its faces
+    (:func:`morton_keys`), so they share the border cells, whose moments (centre of mass,
+    ``b_max``) still come from their true positions. The walk stays exact in its test; the
+    sphere gets the cells it needs (issue 33, item 15)."""
+    lo = position.min(axis=1).astype(np.float64)
+    size = float((position.max(axis=1).astype(np.float64) - lo).max())
+    size = size * (1 + 1e-9) if size > 0 else 1.0
+    sample = position[:, ::max(1, position.shape[1] // CUBE_SAMPLE)].astype(np.float64)
+    low, high = np.quantile(sample, [CUBE_TAIL, 1 - CUBE_TAIL], axis=1)
+    span = float((high - low).max())
+    if span > 0 and size > OUTLIER_SPAN * span:
+        return 0.5 * (low + high) - 2 * span, 4 * span
+    return lo, size
+
+
 def build(position: np.ndarray, mass: np.ndarray, leaf_size: int,
           cube: np.ndarray | None = None) -> TileTree:
     """The octree and moments of bodies ``position`` (3, n) with masses ``mass``.
 
     Keys are taken in ``cube`` (``[lower corner (3), edge]``, float64, holding every body:
     the cube of all tiles, so that their cells are cells of one octree) or, if None, in the
-    bodies' own bounding cube; the bodies are sorted by key (stably, so equal keys keep their
-    input order) and the result depends only on the inputs.
+    bodies' own cube (:func:`key_cube`: their bounding cube, or, with far outliers, a cube
+    around the others); the bodies are sorted by key (stably, so equal keys keep their input
+    order) and the result depends only on the inputs.
     """
     position = np.ascontiguousarray(position)
     dtype = position.dtype
@@ -276,9 +308,7 @@ def build(position: np.ndarray, mass: np.ndarray, leaf_size: int,
     elif n == 0:
         lo, size = np.zeros(3), 1.0
     else:
-        lo = position.min(axis=1).astype(np.float64)
-        size = float((position.max(axis=1).astype(np.float64) - lo).max())
-        size = size * (1 + 1e-9) if size > 0 else 1.0
+        lo, size = key_cube(position)
     keys = morton_keys(position[0], position[1], position[2], lo, size)
     order = np.argsort(keys, kind="stable")
     x, y, z = (take(position[a], order) for a in range(3))
