@@ -8,11 +8,16 @@ table gives it, ``Masses`` (n,).
 
 :func:`read_gadget` reads the particles of every type present (or those asked for), in type
 order, as one body set: ``body`` holds the ``ParticleIDs``, the header's ``Time`` becomes the
-start time. Values are taken as stored, in the file's code units: nbody_dask's own G = 1
-units need ``G=`` (or a rescaling) for files in other units, and cosmological snapshots
-(comoving coordinates, velocities scaled by sqrt(a)) are not converted. :func:`write_gadget`
-writes a body set as collisionless particles of type 1 (``PartType1``), with explicit
-``Masses`` and a zero mass table, which every reader of the layout accepts.
+start time. A file that says its units (a ``Units`` group, as SWIFT writes it, or GADGET-4's
+``Parameters``: ``UnitLength_in_cm``, ``UnitMass_in_g``, ``UnitVelocity_in_cm_per_s``) is
+converted to nbody_dask's code units (G = 1) with those as the physical scale (astropy
+needed), so a run can take ``dt`` in Myr; a file without them is taken as stored, in the
+file's code units. Cosmological snapshots (comoving coordinates, velocities scaled by
+sqrt(a)) are not converted. :func:`write_gadget` writes a body set as collisionless particles
+of type 1 (``PartType1``), with explicit ``Masses`` and a zero mass table, which every reader
+of the layout accepts; a body set in physical units gets the unit attributes in both layouts,
+with zero ``a_scaling`` and ``h_scaling`` on its datasets (not comoving, no h), so that
+pynbody reads physical values equal to nbody_dask's.
 
 Needs the optional ``h5py`` (``pip install "nbody-dask[hdf5]"``).
 """
@@ -100,13 +105,62 @@ def read_gadget(path: str | os.PathLike, *, types: tuple[int, ...] | None = None
             raise ValueError(f"{str(path)!r} has no particles of type(s) "
                              f"{list(types) if types is not None else 'any'}")
         blocks = [_read_type(f, path, k, int(counts[k]), table[k]) for k in wanted]
+        f_units = _unit_attrs(f)
     position, velocity, mass, ids = (np.concatenate(parts) for parts in zip(*blocks,
                                                                             strict=True))
     if ids.dtype.kind == "u" and (ids.size == 0 or ids.max() < 2**63):
         ids = ids.astype(np.int64)  # signed labels, as everywhere else in nbody_dask
-    ds = make_bodies(position, velocity, mass, body=ids)
+    time = float(np.atleast_1d(header.get("Time", 0.0))[0])
+    units = _read_units(f_units)
+    if units is None:
+        ds = make_bodies(position, velocity, mass, body=ids)
+    else:  # physical quantities, converted to code units with the file's as the scale
+        u = units["u"]
+        length, mass_unit, speed = units["length"], units["mass"], units["velocity"]
+        ds = make_bodies(position * length, velocity * speed, mass * mass_unit, body=ids,
+                         length_unit=length, mass_unit=mass_unit)
+        code_time = u.Quantity(ds.attrs["time_unit"])
+        time = float((time * length / speed / code_time).to_value(u.dimensionless_unscaled))
     ds.attrs["gadget_types"] = [int(k) for k in wanted]
-    return ds.assign_coords(time=float(np.atleast_1d(header.get("Time", 0.0))[0]))
+    return ds.assign_coords(time=time)
+
+
+#: The unit attributes, GADGET's names (SWIFT's in the ``Units`` group beside them).
+_UNIT_KEYS = {"length": ("UnitLength_in_cm", "Unit length in cgs (U_L)"),
+              "mass": ("UnitMass_in_g", "Unit mass in cgs (U_M)"),
+              "velocity": ("UnitVelocity_in_cm_per_s", None),
+              "time": ("UnitTime_in_s", "Unit time in cgs (U_t)")}
+
+
+def _unit_attrs(f) -> dict[str, float] | None:
+    """A file's unit attributes in cgs (length, mass, velocity), from ``Units`` (SWIFT's or
+    GADGET's names) or ``Parameters`` (GADGET-4); None if it has none."""
+    for group in ("Units", "Parameters"):
+        if group not in f:
+            continue
+        attrs = dict(f[group].attrs)
+        found = {}
+        for kind, names in _UNIT_KEYS.items():
+            value = next((attrs[n] for n in names if n is not None and n in attrs), None)
+            if value is not None:
+                found[kind] = float(np.atleast_1d(value)[0])
+        if "velocity" not in found and {"length", "time"} <= set(found):
+            found["velocity"] = found["length"] / found["time"]
+        if {"length", "mass", "velocity"} <= set(found):
+            return found
+    return None
+
+
+def _read_units(found: dict[str, float] | None) -> dict | None:
+    """astropy quantities of the file's units (None: no units, or no astropy)."""
+    if found is None:
+        return None
+    try:
+        from astropy import units as u
+    except ImportError:  # the values are taken as stored
+        return None
+    return {"u": u, "length": found["length"] * u.cm, "mass": found["mass"] * u.g,
+            "velocity": found["velocity"] * u.cm / u.s}
 
 
 def _header_counts(header: dict, name: str, high_word: str | None = None) -> np.ndarray:
@@ -192,4 +246,39 @@ def write_gadget(bodies: xr.Dataset, path: str | os.PathLike, *,
         group.create_dataset("Velocities", data=ds.velocity.values)
         group.create_dataset("Masses", data=ds.mass.values)
         group.create_dataset("ParticleIDs", data=ids)
+        units = _code_units_cgs(ds.attrs)
+        if units is not None:
+            _write_units(f, group, units)
     return path
+
+
+def _code_units_cgs(attrs: dict) -> dict[str, float] | None:
+    """The cgs values of a body set's code units (None: N-body units, or no astropy)."""
+    if not {"length_unit", "mass_unit"} <= set(attrs):
+        return None
+    try:
+        from astropy import units as u
+
+        from .units import UnitSystem
+    except ImportError:
+        return None
+    system = UnitSystem.from_attrs(attrs)
+    return {"length": float(system.length.to_value(u.cm)),
+            "mass": float(system.mass.to_value(u.g)),
+            "velocity": float(system.velocity.to_value(u.cm / u.s)),
+            "time": float(system.time.to_value(u.s))}
+
+
+def _write_units(f, group, units: dict[str, float]) -> None:
+    """The unit attributes in a ``Units`` group (GADGET's and SWIFT's names) and in
+    GADGET-4's ``Parameters`` (not comoving); zero a- and h-scaling on the datasets."""
+    named = f.create_group("Units")
+    parameters = f.create_group("Parameters")
+    for kind, (gadget, swift) in _UNIT_KEYS.items():
+        named.attrs[gadget] = parameters.attrs[gadget] = units[kind]
+        if swift is not None:
+            named.attrs[swift] = units[kind]
+    named.attrs["Unit current in cgs (U_I)"] = named.attrs["Unit temperature in cgs (U_T)"] = 1.0
+    parameters.attrs["ComovingIntegrationOn"] = 0
+    for name in ("Coordinates", "Velocities", "Masses"):
+        group[name].attrs["a_scaling"] = group[name].attrs["h_scaling"] = 0.0

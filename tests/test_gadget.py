@@ -158,3 +158,33 @@ def test_bad_types_and_unreadable_files_are_named(tmp_path):
     broken.write_bytes(b"not hdf5 at all")
     with pytest.raises(OSError, match=rf"'{broken}' cannot be read as an HDF5 file"):
         read_gadget(broken)
+
+
+def test_physical_units_survive_export_for_pynbody_and_for_us(tmp_path, client):
+    """A kpc / km/s / solar-mass body set exported to HDF5 carries GADGET's and SWIFT's unit
+    attributes: pynbody reads physical values equal to ours, and reading it back a run takes
+    dt in Myr (the export dropped the unit system: issue 33, item 10)."""
+    pynbody = pytest.importorskip("pynbody")
+    u = pytest.importorskip("astropy.units")
+    rng = np.random.default_rng(4)
+    position = rng.normal(size=(40, 3)) * u.kpc
+    velocity = rng.normal(size=(40, 3)) * 200 * u.km / u.s
+    mass = rng.uniform(1, 2, 40) * 1e9 * u.solMass
+    bodies = nbody_dask.make_bodies(position, velocity, mass)
+    out = tmp_path / "galaxy.hdf5"
+    save_bodies(bodies, out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sim = pynbody.load(str(out))
+        np.testing.assert_allclose(sim["pos"].in_units("kpc"), position.to_value(u.kpc),
+                                   rtol=1e-10)
+        np.testing.assert_allclose(sim["vel"].in_units("km s**-1"),
+                                   velocity.to_value(u.km / u.s), rtol=1e-10)
+        # in grams: pynbody's solar mass is not astropy's (they differ by 5e-6)
+        np.testing.assert_allclose(sim["mass"].in_units("g"), mass.to_value(u.g), rtol=1e-10)
+    back = load_bodies(out)
+    np.testing.assert_allclose(back.position.values, bodies.position.values, rtol=1e-12)
+    np.testing.assert_allclose(back.velocity.values, bodies.velocity.values, rtol=1e-12)
+    assert u.Quantity(back.attrs["length_unit"]).to_value(u.kpc) == pytest.approx(1.0)
+    traj = nbody_dask.simulate(back, steps=2, dt=0.1 * u.Myr, client=client, progress=False)
+    assert traj.sizes["time"] == 2
