@@ -72,8 +72,11 @@ def local(
 
 
 #: Errors of tasks that the driver re-raises with a message of its own (a non-finite state
-#: naming the step and body, bodies outrunning the tree's margin, a lost lease).
-REPORTED_ERRORS = ("NonFiniteStateError", "FarFieldError", "LeaseLostError")
+#: naming the step and body, bodies outrunning the tree's margin, a lost lease, and the
+#: faults of a store: a full disk, a lost mount or object-store endpoint).
+REPORTED_ERRORS = ("NonFiniteStateError", "FarFieldError", "LeaseLostError", "OSError(",
+                   "PermissionError(", "EndpointConnectionError", "ConnectTimeoutError",
+                   "ReadTimeoutError", "ConnectionClosedError")
 
 
 class _ReportedErrorsFilter(logging.Filter):
@@ -81,6 +84,9 @@ class _ReportedErrorsFilter(logging.Filter):
     :data:`REPORTED_ERRORS`: the driver says the same in one line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("Async instruction for") and str(
+                record.msg).endswith("CancelledError"):  # in flight when a failed run stops
+            return False
         if not str(record.msg).startswith("Compute Failed"):
             return True
         text = " ".join(map(str, record.args or ()))
@@ -88,10 +94,11 @@ class _ReportedErrorsFilter(logging.Filter):
 
 
 def _quiet_about_reported_errors() -> None:
-    """Install :class:`_ReportedErrorsFilter` on this process's worker logger (once)."""
-    worker_logger = logging.getLogger("distributed.worker")
-    if not any(isinstance(f, _ReportedErrorsFilter) for f in worker_logger.filters):
-        worker_logger.addFilter(_ReportedErrorsFilter())
+    """Install :class:`_ReportedErrorsFilter` on this process's worker loggers (once)."""
+    for name in ("distributed.worker", "distributed.worker.state_machine"):
+        worker_logger = logging.getLogger(name)
+        if not any(isinstance(f, _ReportedErrorsFilter) for f in worker_logger.filters):
+            worker_logger.addFilter(_ReportedErrorsFilter())
 
 
 def slurm(jobs: int = 1, layout: str = "rows", **kwargs: Any):

@@ -31,7 +31,7 @@ from .clusters import total_threads
 from .diagnostics import as_record
 from .graph import Piece, fused_steps, initial_pieces, key, snapshot_graph, steps_pieces
 from .lease import WriterLease
-from .location import StoreLocation
+from .location import StoreLocation, store_faults
 from .plan import Plan, submission_ends
 from .storage import SnapshotCommitter, committed_snapshots, open_trajectory
 
@@ -143,13 +143,15 @@ class Driver:
             while self.pending:
                 self.complete()
             self.committer.flush()
-        except OSError as exc:
+        except store_faults() as exc:  # a full disk, a lost mount or object-store endpoint
             self.committer.flush(quietly=True)
             if isinstance(exc, RECOVERABLE):  # CommClosedError is an OSError too
                 raise
-            raise OSError(exc.errno, f"writing to the store {str(self.path)!r} failed ({exc}); "
+            what = " ".join(f"{type(exc).__name__}: {exc}".split())
+            raise OSError(f"writing to the store {str(self.path)!r} failed ({what}); "
                           f"{self.committer.committed} snapshot(s) are committed and intact: "
-                          "fix the cause, then resume") from exc
+                          f"fix the cause, then resume (`nbody-dask resume {self.path}`)"
+                          ) from None
         except BaseException:
             self.committer.flush(quietly=True)
             raise

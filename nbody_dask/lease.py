@@ -41,7 +41,7 @@ from typing import Any
 import psutil
 
 from . import config
-from .location import StoreLocation, store_location
+from .location import StoreLocation, store_faults, store_location
 
 __all__ = ["StoreInUseError", "LeaseLostError", "LeaseInfo", "WriterLease", "holder", "holds",
            "is_lease_file", "refuse_if_in_use"]
@@ -255,13 +255,14 @@ class WriterLease:
 
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat):
-            if not self.held():
-                return
-            info = LeaseInfo(**{**asdict(self._info), "heartbeat": time.time()})
             try:
+                if not self.held():
+                    return
+                info = LeaseInfo(**{**asdict(self._info), "heartbeat": time.time()})
                 self.store.write_bytes(self._file, self._record(info))
-            except OSError:
-                continue  # a full disk or a vanished store: workers notice at their writes
+            except store_faults():
+                continue  # a full disk, a vanished store or endpoint: the run notices at
+                # its next write and stops there, with one line
 
     def held(self) -> bool:
         """True while this run's lease is the store's newest."""
@@ -285,8 +286,11 @@ class WriterLease:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        if self.held():
-            info = LeaseInfo(**{**asdict(self._info), "heartbeat": time.time(),
-                                "released": True})
-            self.store.write_bytes(self._file, self._record(info))
+        try:
+            if self.held():
+                info = LeaseInfo(**{**asdict(self._info), "heartbeat": time.time(),
+                                    "released": True})
+                self.store.write_bytes(self._file, self._record(info))
+        except store_faults():
+            pass  # the store failed: the lease goes stale by itself (its heartbeat stopped)
         self.generation = None

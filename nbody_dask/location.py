@@ -22,6 +22,7 @@ accepted, so that two runs can never both think they own a store.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -34,7 +35,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from . import config
+
 __all__ = ["StoreLocation", "LocalLocation", "ObjectLocation", "StoreUnreachableError",
+           "store_faults",
            "store_location", "ATOMIC_CREATE_PROTOCOLS"]
 
 _URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -50,6 +54,22 @@ _EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
 #: unreachable endpoint is reported at once (the run itself keeps the library's retries).
 _PROBE_CONFIG = {"s3": {"retries": {"total_max_attempts": 1}, "connect_timeout": 5,
                         "read_timeout": 5}}
+
+
+def store_faults() -> tuple[type[BaseException], ...]:
+    """The errors that a store's file operations raise when the store fails: OSError (a
+    full disk, a lost mount), and the errors of the object-store clients that are not
+    OSErrors (botocore's lost endpoint or refused request, aiohttp's dropped connection)."""
+    faults: list[type[BaseException]] = [OSError]
+    with contextlib.suppress(ImportError):
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        faults += [BotoCoreError, ClientError]
+    with contextlib.suppress(ImportError):
+        from aiohttp import ClientError as HTTPClientError
+
+        faults.append(HTTPClientError)
+    return tuple(faults)
 
 
 class StoreUnreachableError(ConnectionError):
@@ -219,10 +239,23 @@ class ObjectLocation(StoreLocation):
 
     @cached_property
     def fs(self):
-        """The fsspec file system."""
+        """The fsspec file system (:meth:`options`)."""
         import fsspec
 
-        return fsspec.filesystem(self.protocol, **self.storage_options)
+        return _bounded(fsspec.filesystem(self.protocol, **self.options()))
+
+    def options(self) -> dict[str, Any]:
+        """The file system's options: ``storage_options``, and on S3 requests that time out
+        after ``nbody.object-store.timeout`` seconds with two tries (unless
+        ``storage_options`` say otherwise), so that a store that stops answering stops a run
+        in bounded time."""
+        options = dict(self.storage_options)
+        if self.protocol == "s3":
+            timeout = float(config.get("object-store.timeout"))
+            bounded = {"connect_timeout": timeout, "read_timeout": timeout,
+                       "retries": {"total_max_attempts": 2}}
+            options["config_kwargs"] = {**bounded, **options.get("config_kwargs", {})}
+        return options
 
     @cached_property
     def root(self) -> str:
@@ -271,8 +304,10 @@ class ObjectLocation(StoreLocation):
     def zarr_store(self, read_only: bool = False):
         from zarr.storage import FsspecStore
 
-        return FsspecStore.from_url(self.url, storage_options=self.storage_options,
-                                    read_only=read_only)
+        import fsspec
+
+        fs = _bounded(fsspec.filesystem(self.protocol, asynchronous=True, **self.options()))
+        return FsspecStore(fs, read_only=read_only, path=self.root)
 
     def check_reachable(self, timeout: float = 8.0) -> None:
         """Look at the store's bucket within ``timeout`` seconds; raise
@@ -315,6 +350,20 @@ class ObjectLocation(StoreLocation):
         else:
             why = f"cannot reach the object store ({type(exc).__name__}: {_one_line(exc)})"
         raise StoreUnreachableError(f"store {self.url!r}: {why}") from None
+
+
+#: Tries of s3fs's own retry loop around each request (its default is 5, each with
+#: botocore's tries inside): a store that stops answering then stops a run within a few
+#: ``nbody.object-store.timeout``.
+S3FS_TRIES = 1
+
+
+def _bounded(fs: Any) -> Any:
+    """``fs`` with s3fs's retry loop bounded (:data:`S3FS_TRIES`); other file systems as they
+    are."""
+    if hasattr(fs, "retries") and type(fs).__module__.startswith("s3fs"):
+        fs.retries = S3FS_TRIES
+    return fs
 
 
 def _one_line(exc: BaseException) -> str:

@@ -47,7 +47,7 @@ from zarr.codecs import Crc32cCodec, ZstdCodec
 from .bodies import AXES, Tile
 from .diagnostics import ERROR_STATISTICS
 from .lease import LeaseLostError, holds, is_lease_file, refuse_if_in_use
-from .location import LocalLocation, StoreLocation, store_location
+from .location import LocalLocation, StoreLocation, store_faults, store_location
 
 __all__ = ["check_store_path", "is_trajectory_store", "create_store", "write_tile",
            "SnapshotCommitter", "committed_snapshots", "open_trajectory", "verify_trajectory",
@@ -343,7 +343,7 @@ class SnapshotCommitter:
         if quietly:
             try:
                 self.flush()
-            except (OSError, LeaseLostError):
+            except (*store_faults(), LeaseLostError):
                 pass
             return
         if self._guard is not None:
@@ -480,10 +480,17 @@ def _check_laid_out(location: StoreLocation, root: zarr.Group, name: str) -> Non
         return
     try:
         array[:]
+    except store_faults() as exc:  # the store failed to answer: not damage
+        raise OSError(f"reading the store {str(location)!r} failed ({_one_line(exc)})"
+                      ) from None
     except Exception as exc:  # checksum mismatch, truncation, decompression failure
         raise DamagedStoreError(f"store {str(location)!r} is damaged: "
                                 f"{_where(name, 0, array.shape[0])} of {name!r}: a chunk "
                                 f"fails its check ({type(exc).__name__}: {exc})") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 def _where(name: str, lo: int, hi: int) -> str:
@@ -524,6 +531,9 @@ class _CheckedReader:
         times = range(self.shape[0])[key[0]] if isinstance(key[0], slice) else [key[0]]
         try:
             values = self._array[key]
+        except store_faults() as exc:  # the store failed to answer: not damage
+            raise OSError(f"reading the store {str(self.path)!r} failed ({_one_line(exc)})"
+                          ) from None
         except Exception as exc:  # checksum mismatch, truncation, decompression failure
             raise self._damaged(times, f"a chunk fails its check ({type(exc).__name__}: "
                                        f"{exc})") from None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from distributed import Client, LocalCluster
 
@@ -71,10 +73,11 @@ class S3Server:
         return f"s3://{self.bucket}/{uuid.uuid4().hex[:8]}/{name}"
 
 
-@pytest.fixture(scope="session")
-def s3():
+@contextlib.contextmanager
+def _moto_server():
     """moto's S3 server on 127.0.0.1 (a subprocess, as s3fs's own tests run it), with one
-    IAM user whose key is the only one accepted, and a bucket ``nbody``."""
+    IAM user whose key is the only one accepted, and a bucket ``nbody``: yields the
+    :class:`S3Server` and the server's process."""
     import json
     import os
     import socket
@@ -115,7 +118,22 @@ def s3():
                             PolicyDocument=json.dumps(policy))
         server = S3Server(endpoint, key["AccessKeyId"], key["SecretAccessKey"])
         server.create_bucket(S3Server.bucket)
-        yield server
+        yield server, process
     finally:
-        process.terminate()
+        if process.poll() is None:
+            process.kill()  # also when paused (SIGSTOP), which SIGTERM would not end
         process.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """moto's S3 server (:func:`_moto_server`), shared by the session."""
+    with _moto_server() as (server, _):
+        yield server
+
+
+@pytest.fixture
+def own_s3():
+    """A moto S3 server of the test's own, and its process (to kill or pause)."""
+    with _moto_server() as (server, process):
+        yield server, process

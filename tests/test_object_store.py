@@ -288,3 +288,67 @@ def test_the_kubernetes_s3_job_runs_with_its_secret_as_environment(s3, tmp_path)
     assert traj.sizes == {"time": 3, "body": 64, "axis": 3}
     assert traj.attrs["layout"] == "rows"
     assert np.isfinite(traj.position.values).all()
+
+
+# -- the endpoint lost or silent mid-run (issue 33, item 3) -----------------------------------
+
+def _run_in_background(server, url, timeout=3):
+    """`nbody-dask run` to ``url`` in a subprocess (many small snapshots: several seconds),
+    with requests that time out after ``timeout`` s."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DASK_NBODY__OBJECT_STORE__TIMEOUT": str(timeout)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "nbody_dask.cli", "run", "--n", "256", "--steps", "1000",
+         "--dt", "0.001", "--softening", "0.05", "--snapshot-every", "10", "--no-progress",
+         "--store", url, "--storage-options", json.dumps(server.options)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _wait_for_commits(server, url, run, count=2):
+    import time
+
+    from nbody_dask.storage import committed_snapshots
+
+    deadline = time.monotonic() + 120
+    while True:
+        assert run.poll() is None, run.communicate()
+        assert time.monotonic() < deadline, "the run committed nothing"
+        try:
+            if committed_snapshots(url, server.options) >= count:
+                return
+        except (ValueError, FileNotFoundError):
+            pass
+        time.sleep(0.2)
+
+
+def _one_line_about(run, url, limit):
+    """The run's end within ``limit`` seconds: exit 1 and one line naming the store, the
+    snapshots committed and the resume command; no traceback."""
+    import subprocess
+
+    try:
+        out, err = run.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        raise AssertionError(f"the run did not stop within {limit} s") from None
+    assert run.returncode == 1, (out, err)
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"Error: writing to the store '{url}' failed"), err
+    assert "snapshot(s) are committed and intact" in lines[0], err
+    assert f"nbody-dask resume {url}" in lines[0], err
+
+
+@pytest.mark.slow
+def test_a_killed_endpoint_ends_the_run_in_one_line(own_s3):
+    server, process = own_s3
+    url = server.url("killed.zarr")
+    run = _run_in_background(server, url)
+    _wait_for_commits(server, url, run)
+    process.kill()
+    _one_line_about(run, url, limit=90)
