@@ -296,6 +296,10 @@ class Plan:
         for name in ("snapshot_every", "tile_size"):
             if getattr(self, name) is not None:
                 keep(name, check_int(name, getattr(self, name), 1))
+        for name in ("n", "steps", "split_every", "leaf_size", "retile_every",
+                     "force_error_sample", "near_far_tiles", "snapshot_every", "tile_size"):
+            if (getattr(self, name) or 0) >= 2**63:  # the kernels count in int64
+                raise ValueError(f"{name} must be < 2**63, got {getattr(self, name)!r}")
         for name, positive in (("dt", True), ("softening", False), ("G", True),
                                ("theta", True)):
             keep(name, check_real(name, getattr(self, name), positive=positive,

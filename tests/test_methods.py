@@ -85,6 +85,7 @@ def test_plans_check_every_value_themselves():
                        (dict(backend="gpu"), "backend must be one of"),
                        (dict(layout="grid"), "layout must be one of"),
                        (dict(retile_every=0), "retile_every must be >= 1"),
+                       (dict(leaf_size=10**30), r"leaf_size must be < 2\*\*63, got 10+$"),
                        (dict(method="tree", backend="cuda"), "method='tree' runs on CPUs")):
         with pytest.raises((ValueError, TypeError), match=match):
             Plan(**{"n": 10, "steps": 1, "dt": 0.1, **bad})
