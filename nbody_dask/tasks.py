@@ -214,10 +214,14 @@ def reduce_in_groups(parts: list, groups: list[list[tuple[int, int]]]) -> np.nda
     return sum_in_order(*parts)
 
 
+def _kicked(closing: Closing, tile: Tile, forces: np.ndarray) -> Tile:
+    """``tile`` with ``forces`` attached (times G), kicked, and checked finite."""
+    return check_finite(close_step(tile, forces, closing.G, closing.dt), closing.step)
+
+
 def close(closing: Closing, tile: Tile, sides: Sequence[int | None], *parts: Any) -> Tile:
     """Sum the last partials, attach the forces, kick, and check the state is finite."""
-    return check_finite(close_step(tile, sum_sides(sides, *parts), closing.G, closing.dt),
-                        closing.step)
+    return _kicked(closing, tile, sum_sides(sides, *parts))
 
 
 def close_row(closing: Closing, target: int, forces: Forces, groups: list,
@@ -225,8 +229,7 @@ def close_row(closing: Closing, target: int, forces: Forces, groups: list,
     """The ``"rows"`` layout's task: a target tile's whole row of forces, summed with the
     plan's ``groups`` and kicked."""
     parts = row_forces(target, own, blocks, forces, threads)
-    return check_finite(close_step(own, reduce_in_groups(parts, groups), closing.G,
-                                   closing.dt), closing.step)
+    return _kicked(closing, own, reduce_in_groups(parts, groups))
 
 
 def close_tree_row(closing: Closing, target: int, walk: Walk, split_every: int, tile: Tile,
@@ -241,7 +244,7 @@ def close_tree_row(closing: Closing, target: int, walk: Walk, split_every: int, 
     if far:
         parts.append(far_forces(closing.step, tree, forest, far, walk))
     forces = reduce_in_groups(parts, reduction_groups(len(parts), split_every))
-    return check_finite(close_step(tile, forces, closing.G, closing.dt), closing.step)
+    return _kicked(closing, tile, forces)
 
 
 # -- snapshots and moving bodies between tiles -------------------------------------------------
