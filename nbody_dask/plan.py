@@ -291,15 +291,14 @@ class Plan:
 
         for name, minimum in (("n", 0), ("steps", 0), ("split_every", 2), ("leaf_size", 1),
                               ("retile_every", 1), ("force_error_sample", 0),
-                              ("near_far_tiles", 1)):
-            keep(name, check_int(name, getattr(self, name), minimum))
-        for name in ("snapshot_every", "tile_size"):
-            if getattr(self, name) is not None:
-                keep(name, check_int(name, getattr(self, name), 1))
-        for name in ("n", "steps", "split_every", "leaf_size", "retile_every",
-                     "force_error_sample", "near_far_tiles", "snapshot_every", "tile_size"):
-            if (getattr(self, name) or 0) >= 2**63:  # the kernels count in int64
-                raise ValueError(f"{name} must be < 2**63, got {getattr(self, name)!r}")
+                              ("near_far_tiles", 1), ("snapshot_every", 1), ("tile_size", 1)):
+            value = getattr(self, name)
+            if value is None and name in ("snapshot_every", "tile_size"):
+                continue  # not set: snapshots at the ends only; the cluster decides the tiles
+            value = check_int(name, value, minimum)
+            if value >= 2**63:  # the kernels count in int64
+                raise ValueError(f"{name} must be < 2**63, got {value!r}")
+            keep(name, value)
         for name, positive in (("dt", True), ("softening", False), ("G", True),
                                ("theta", True)):
             keep(name, check_real(name, getattr(self, name), positive=positive,
