@@ -146,9 +146,14 @@ def refuse_if_in_use(store: str | os.PathLike | StoreLocation,
     current = holder(store)
     timeout = float(config.get("lease.timeout", timeout))
     if current is not None and not current.stale(timeout):
-        raise StoreInUseError(f"store {str(store)!r} is in use by {current.describe(timeout)}; "
-                              "wait for that run to end or stop it")
+        raise _in_use(store, current, timeout)
     return current
+
+
+def _in_use(store: Any, owner: LeaseInfo, timeout: float) -> StoreInUseError:
+    """The one-line refusal of a store whose lease ``owner`` holds."""
+    return StoreInUseError(f"store {str(store)!r} is in use by {owner.describe(timeout)}; "
+                           "wait for that run to end or stop it")
 
 
 _HOLDS_CACHE: dict[tuple[StoreLocation, str], float] = {}
@@ -222,9 +227,7 @@ class WriterLease:
                                       "run (its lease generation changed while this one "
                                       "looked)")
             if newest.live(self.timeout):
-                raise StoreInUseError(f"store {str(self.store)!r} is in use by "
-                                      f"{newest.describe(self.timeout)}; wait for that run to "
-                                      "end or stop it")
+                raise _in_use(self.store, newest, self.timeout)
         generation = taken[-1] + 1 if taken else 0
         now = time.time()
         me = psutil.Process()
