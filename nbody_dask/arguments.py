@@ -24,7 +24,7 @@ from .location import StoreLocation, store_location
 from .plan import Plan, check_backend, check_method, resolve_method
 from .schema import stored_plan
 from .storage import check_store_path, open_trajectory
-from .units import code_value
+from .units import code_value, declares_units
 
 __all__ = ["RunArguments", "fresh_start", "resume_point", "start_time"]
 
@@ -99,7 +99,7 @@ def fresh_start(bodies: Any, store: Any, storage_options: dict | None, overwrite
     if missing:
         raise TypeError(f"simulate() needs {', '.join(missing)} (or resume=True with a store)")
     ds = as_bodies(bodies)
-    if args.G not in (None, 1) and {"length_unit", "mass_unit"} <= set(ds.attrs):
+    if args.G not in (None, 1) and declares_units(ds.attrs):
         raise ValueError(f"G={args.G!r}: the bodies are in physical units, whose code units "
                          "set G = 1 (nbody_dask.units); leave G out")
     args = replace(args, dt=code_value("dt", args.dt, ds.attrs, "time"),

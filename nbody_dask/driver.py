@@ -31,7 +31,7 @@ from .clusters import total_threads
 from .diagnostics import as_record
 from .graph import Piece, fused_steps, initial_pieces, key, snapshot_graph, steps_pieces
 from .lease import WriterLease
-from .location import StoreLocation, store_faults
+from .location import StoreLocation, describe_error, store_faults
 from .plan import Plan, submission_ends
 from .storage import SnapshotCommitter, committed_snapshots, open_trajectory
 
@@ -147,8 +147,8 @@ class Driver:
             self.committer.flush(quietly=True)
             if isinstance(exc, RECOVERABLE):  # CommClosedError is an OSError too
                 raise
-            what = " ".join(f"{type(exc).__name__}: {exc}".split())
-            raise OSError(f"writing to the store {str(self.path)!r} failed ({what}); "
+            raise OSError(f"writing to the store {str(self.path)!r} failed "
+                          f"({describe_error(exc)}); "
                           f"{self.committer.committed} snapshot(s) are committed and intact: "
                           f"fix the cause, then resume (`nbody-dask resume {self.path}`)"
                           ) from None

@@ -32,6 +32,7 @@ import xarray as xr
 
 from ._validate import check_new_file
 from .bodies import as_bodies, make_bodies
+from .units import declares_units
 
 __all__ = ["read_gadget", "write_gadget", "SUFFIXES"]
 
@@ -254,7 +255,7 @@ def write_gadget(bodies: xr.Dataset, path: str | os.PathLike, *,
 
 def _code_units_cgs(attrs: dict) -> dict[str, float] | None:
     """The cgs values of a body set's code units (None: N-body units, or no astropy)."""
-    if not {"length_unit", "mass_unit"} <= set(attrs):
+    if not declares_units(attrs):
         return None
     try:
         from astropy import units as u

@@ -38,7 +38,7 @@ from typing import Any
 from . import config
 
 __all__ = ["StoreLocation", "LocalLocation", "ObjectLocation", "StoreUnreachableError",
-           "store_faults",
+           "store_faults", "describe_error",
            "store_location", "ATOMIC_CREATE_PROTOCOLS"]
 
 _URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -348,7 +348,7 @@ class ObjectLocation(StoreLocation):
         elif isinstance(exc, PermissionError):
             why = f"access denied, check the credentials ({_one_line(exc)})"
         else:
-            why = f"cannot reach the object store ({type(exc).__name__}: {_one_line(exc)})"
+            why = f"cannot reach the object store ({describe_error(exc)})"
         raise StoreUnreachableError(f"store {self.url!r}: {why}") from None
 
 
@@ -368,6 +368,11 @@ def _bounded(fs: Any) -> Any:
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` of an exception, on one line (for one-line errors)."""
+    return f"{type(exc).__name__}: {_one_line(exc)}"
 
 
 def store_location(store: Any, storage_options: Mapping[str, Any] | None = None

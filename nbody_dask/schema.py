@@ -15,13 +15,10 @@ import xarray as xr
 from ._version import __version__
 from .integrators import INTEGRATOR
 from .plan import Plan
-from .units import UnitSystem
+from .units import ATTRS as UNIT_ATTRS
+from .units import UnitSystem, declares_units
 
-__all__ = ["PHYSICAL_UNIT_ATTRS", "store_attrs", "cf_units", "stored_plan"]
-
-#: Body-set attributes copied to the store, to declare what one code unit is physically
-#: (e.g. ``bodies.attrs["length_unit"] = "1 kpc"``); ``units`` is copied too.
-PHYSICAL_UNIT_ATTRS = ("length_unit", "mass_unit", "time_unit", "velocity_unit")
+__all__ = ["store_attrs", "cf_units", "stored_plan"]
 
 
 def store_attrs(plan: Plan, bodies: xr.Dataset) -> dict[str, Any]:
@@ -44,7 +41,8 @@ def store_attrs(plan: Plan, bodies: xr.Dataset) -> dict[str, Any]:
         **({"force_error_sample": plan.force_error_sample} if plan.force_error_sample else {}),
         "nbody_dask_version": __version__,
         "config": json.dumps(plan.stored()),
-        **{k: bodies.attrs[k] for k in PHYSICAL_UNIT_ATTRS if k in bodies.attrs},
+        # the unit system (e.g. bodies.attrs["length_unit"] = "1 kpc"): what one code unit is
+        **{k: bodies.attrs[k] for k in UNIT_ATTRS if k in bodies.attrs},
     }
 
 
@@ -52,7 +50,7 @@ def cf_units(bodies: xr.Dataset) -> dict[str, str] | None:
     """CF ``units`` of the store's variables when the bodies carry a physical unit system
     that astropy reads; None otherwise (``length_unit`` and the like written by hand as free
     text, or no astropy: the attributes are stored as they are)."""
-    if not all(k in bodies.attrs for k in ("length_unit", "mass_unit")):
+    if not declares_units(bodies.attrs):
         return None
     try:
         return UnitSystem.from_attrs(bodies.attrs).cf_units()

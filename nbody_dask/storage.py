@@ -47,7 +47,8 @@ from zarr.codecs import Crc32cCodec, ZstdCodec
 from .bodies import AXES, Tile
 from .diagnostics import ERROR_STATISTICS
 from .lease import LeaseLostError, holds, is_lease_file, refuse_if_in_use
-from .location import LocalLocation, StoreLocation, store_faults, store_location
+from .location import (LocalLocation, StoreLocation, describe_error, store_faults,
+                       store_location)
 
 __all__ = ["check_store_path", "is_trajectory_store", "create_store", "write_tile",
            "SnapshotCommitter", "committed_snapshots", "open_trajectory", "verify_trajectory",
@@ -481,16 +482,12 @@ def _check_laid_out(location: StoreLocation, root: zarr.Group, name: str) -> Non
     try:
         array[:]
     except store_faults() as exc:  # the store failed to answer: not damage
-        raise OSError(f"reading the store {str(location)!r} failed ({_one_line(exc)})"
+        raise OSError(f"reading the store {str(location)!r} failed ({describe_error(exc)})"
                       ) from None
     except Exception as exc:  # checksum mismatch, truncation, decompression failure
         raise DamagedStoreError(f"store {str(location)!r} is damaged: "
                                 f"{_where(name, 0, array.shape[0])} of {name!r}: a chunk "
                                 f"fails its check ({type(exc).__name__}: {exc})") from None
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 def _where(name: str, lo: int, hi: int) -> str:
@@ -532,7 +529,7 @@ class _CheckedReader:
         try:
             values = self._array[key]
         except store_faults() as exc:  # the store failed to answer: not damage
-            raise OSError(f"reading the store {str(self.path)!r} failed ({_one_line(exc)})"
+            raise OSError(f"reading the store {str(self.path)!r} failed ({describe_error(exc)})"
                           ) from None
         except Exception as exc:  # checksum mismatch, truncation, decompression failure
             raise self._damaged(times, f"a chunk fails its check ({type(exc).__name__}: "

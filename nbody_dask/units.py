@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-__all__ = ["UnitSystem", "is_quantity", "to_code_units", "code_value", "physical"]
+__all__ = ["UnitSystem", "is_quantity", "declares_units", "to_code_units", "code_value",
+           "physical"]
 
 ATTRS = ("length_unit", "mass_unit", "time_unit", "velocity_unit")
 
@@ -82,7 +83,7 @@ class UnitSystem:
     @classmethod
     def from_attrs(cls, attrs: dict[str, Any]) -> UnitSystem | None:
         """The unit system recorded in a body set's or a store's attributes, if any."""
-        if "length_unit" not in attrs or "mass_unit" not in attrs:
+        if not declares_units(attrs):
             return None
         u = _u()
         return cls(u.Quantity(attrs["length_unit"]), u.Quantity(attrs["mass_unit"]))
@@ -102,6 +103,12 @@ class UnitSystem:
             "momentum": f"{mass * speed!r} kg m s-1",
             "angular_momentum": f"{mass * speed * length!r} kg m2 s-1",
         }
+
+
+def declares_units(attrs: dict[str, Any]) -> bool:
+    """True if attributes (a body set's, a store's) declare a physical unit system: a
+    ``length_unit`` and a ``mass_unit``. Needs no astropy."""
+    return "length_unit" in attrs and "mass_unit" in attrs
 
 
 def to_code_units(position: Any, velocity: Any, mass: Any, *, length_unit: Any = None,
