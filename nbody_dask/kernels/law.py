@@ -18,13 +18,15 @@ instruction). :func:`compile_for` compiles this very source for another target w
 
 from __future__ import annotations
 
+import math
 import types
 from collections.abc import Callable
 
 import numpy as np
 from numba import njit
 
-__all__ = ["inverse_distance", "reciprocal_sqrt", "compile_for", "FAST_MATH", "JIT_OPTIONS"]
+__all__ = ["inverse_distance", "reciprocal_sqrt", "short_range", "compile_for", "FAST_MATH",
+           "JIT_OPTIONS"]
 
 #: The fast-math freedoms of the CPU kernels: every flag of ``fastmath=True`` but ``nsz``
 #: (no signed zeros). ``reassoc`` lets LLVM vectorise a kernel's sums; without ``nsz`` the
@@ -57,6 +59,24 @@ def inverse_distance(dx, dy, dz, eps2, zero, one):
     """
     r2 = dx * dx + dy * dy + dz * dz + eps2
     return reciprocal_sqrt(r2, one) if r2 > zero else zero
+
+
+@njit(**JIT_OPTIONS)
+def short_range(r, inv_2rs, two_over_sqrt_pi):
+    """The short-range parts of the force and of the potential at separation ``r``: factors
+    ``(g, e)`` that multiply Newton's ``m d / r^3`` and ``-m / r`` for the Gaussian split of
+    gravity with scale ``r_s`` (``inv_2rs = 1 / (2 r_s)``), as TreePM and Ewald sums use it:
+
+    ``e = erfc(r / 2r_s)``, ``g = e + (r / (r_s sqrt(pi))) exp(-r^2 / 4r_s^2)``.
+
+    The long-range rest of the potential, ``erf(r / 2r_s) / r``, has the Fourier transform
+    ``4 pi exp(-k^2 r_s^2) / k^2``, which a mesh (or an Ewald sum's reciprocal part)
+    supplies. All arguments in one dtype (``two_over_sqrt_pi = 2 / sqrt(pi)`` in it), so a
+    float32 kernel stays float32.
+    """
+    u = r * inv_2rs
+    e = math.erfc(u)
+    return e + two_over_sqrt_pi * u * math.exp(-u * u), e
 
 
 def compile_for(jit: Callable, target_reciprocal_sqrt: Callable) -> Callable:

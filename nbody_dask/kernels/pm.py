@@ -1,0 +1,235 @@
+"""The particle mesh of TreePM: deposit, Poisson by FFT, interpolation (no Dask).
+
+The long-range part of gravity in a periodic cube of side ``L`` (the potential
+``erf(r / 2 r_s) / r`` of every body and all its images, the mean density subtracted) is
+smooth on scales of ``r_s``, so a mesh of ``n`` cells per side (``h = L / n``, ``r_s`` a few
+``h``) carries it:
+
+1. each tile deposits its mass with triangular-shaped-cloud (TSC, 27 points) or
+   cloud-in-cell (CIC, 8 points) weights on the mesh points ``i h`` around each body
+   (:func:`deposit`: a region of the mesh that covers the tile's bodies, the tile's
+   *partial mesh*); partial meshes are added in a fixed order (:func:`mesh_sum`);
+2. :func:`long_range` solves Poisson's equation by FFT (``scipy.fft``): the potential's
+   transform ``4 pi exp(-k^2 r_s^2) / k^2`` times the density's, divided by the
+   assignment's window twice (once for the deposit, once for the interpolation), and the
+   accelerations by spectral differentiation ``i k`` (the Nyquist plane's derivative set to
+   zero, so the gradient is real and odd);
+3. each tile interpolates the accelerations (and the potential) back with the same
+   weights (:func:`interpolate`).
+
+TreePM uses TSC: at the same mesh its deconvolved long-range force is about 8 times more
+accurate than CIC's (median 4.8e-4 against 3.7e-3 of the total force, 8,000 random bodies,
+r_s = 1.25 cells; tests/test_periodic.py checks 3x), for a deposit and an interpolation
+that cost little beside the short range. The same weights out and in and an odd gradient
+make the mesh force between two bodies equal and opposite: the total momentum is conserved
+to round-off.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.fft
+from numba import njit
+
+__all__ = ["Region", "LongRange", "POINTS", "cell_span", "deposit", "mesh_sum", "long_range",
+           "interpolate", "potential_offset"]
+
+
+@dataclass(frozen=True)
+class Region:
+    """A tile's partial mesh: ``values`` on the mesh points ``start + index`` (modulo the
+    mesh size) along each axis."""
+
+    start: tuple[int, int, int]
+    values: np.ndarray
+
+
+@dataclass(frozen=True)
+class LongRange:
+    """The solved mesh: accelerations (and the potential) on every mesh point, shape (3 or 4,
+    n, n, n), and the total mass (for the potential's background term)."""
+
+    fields: np.ndarray
+    total_mass: float
+
+
+def cell_span(coordinate: np.ndarray, inv_h: float, n: int, points: int) -> tuple[int, int]:
+    """The first mesh point and the number of points that the weights (``points`` per
+    axis) of these coordinates touch along one axis (the whole axis, from 0, when they
+    would wrap onto themselves)."""
+    if coordinate.size == 0:
+        return 0, 1
+    u = coordinate.astype(np.float64) * inv_h
+    first = np.floor(u) if points == 2 else np.floor(u + 0.5) - 1
+    lo, hi = int(first.min()), int(first.max()) + points - 1
+    if hi - lo + 1 >= n:
+        return 0, n
+    return lo, hi - lo + 1
+
+
+#: Mesh points per axis that a body's weights touch, by assignment.
+POINTS = {"cic": 2, "tsc": 3}
+
+
+@njit(cache=True)
+def _weights(u, points, index, weight, offset):
+    """The mesh points (from the first, unwrapped) and weights of coordinate ``u`` (in cells)
+    for CIC (``points == 2``) or TSC (3), into ``index[offset:]`` and ``weight[offset:]``."""
+    if points == 2:
+        cell = math.floor(u)
+        f = u - cell
+        index[offset], index[offset + 1] = cell, cell + 1
+        weight[offset], weight[offset + 1] = 1.0 - f, f
+    else:
+        cell = math.floor(u + 0.5)
+        f = u - cell
+        index[offset], index[offset + 1], index[offset + 2] = cell - 1, cell, cell + 1
+        weight[offset] = 0.5 * (0.5 - f) ** 2
+        weight[offset + 1] = 0.75 - f * f
+        weight[offset + 2] = 0.5 * (0.5 + f) ** 2
+
+
+@njit(cache=True)
+def _deposit(x, y, z, m, inv_h, n, start, shape, points, out):
+    """Add the weights of the bodies to ``out`` (float64, ``shape``), whose point
+    ``(a, b, c)`` is mesh point ``start + (a, b, c)``; an axis as long as the mesh takes the
+    mesh point modulo ``n``."""
+    index = np.empty(3 * points, dtype=np.int64)
+    weight = np.empty(3 * points)
+    for i in range(x.shape[0]):
+        for a in range(3):
+            v = float(x[i]) if a == 0 else (float(y[i]) if a == 1 else float(z[i]))
+            _weights(v * inv_h, points, index, weight, a * points)
+            for s in range(points):
+                point = index[a * points + s] - start[a]
+                index[a * points + s] = point % n if shape[a] == n else point
+        mi = float(m[i])
+        for s in range(points):
+            for t in range(points):
+                w = mi * weight[s] * weight[points + t]
+                for u in range(points):
+                    out[index[s], index[points + t], index[2 * points + u]] += (
+                        w * weight[2 * points + u])
+
+
+def deposit(position: np.ndarray, mass: np.ndarray, box: float, n: int,
+            assignment: str = "cic") -> Region:
+    """A tile's partial mesh: the mass of its bodies (in the positions' dtype) assigned with
+    ``assignment`` weights (``"cic"`` or ``"tsc"``) on the region of an ``n``-cube mesh of
+    side ``box`` that they touch."""
+    points = POINTS[assignment]
+    inv_h = n / box
+    spans = [cell_span(position[a], inv_h, n, points) for a in range(3)]
+    start = tuple(lo for lo, _ in spans)
+    shape = tuple(size for _, size in spans)
+    out = np.zeros(shape)
+    _deposit(position[0], position[1], position[2], mass, inv_h, n,
+             np.array(start, dtype=np.int64), np.array(shape, dtype=np.int64), points, out)
+    return Region(start, out.astype(position.dtype))
+
+
+def mesh_sum(n: int, dtype: str, *parts: Region | np.ndarray) -> np.ndarray:
+    """The sum of partial meshes (:class:`Region` s or whole meshes) in the order given, on
+    the whole ``n``-cube mesh in ``dtype``."""
+    total = np.zeros((n, n, n), dtype=dtype)
+    for part in parts:
+        if isinstance(part, Region):
+            index = np.ix_(*[(lo + np.arange(size)) % n
+                             for lo, size in zip(part.start, part.values.shape, strict=True)])
+            total[index] += part.values
+        else:
+            total += part
+    return total
+
+
+def _wave_numbers(n: int, box: float, dtype: type, real: bool) -> np.ndarray:
+    """Angular wave numbers of an ``n``-point axis (``rfftfreq`` for the last one)."""
+    h = box / n
+    k = (scipy.fft.rfftfreq(n, h) if real else scipy.fft.fftfreq(n, h)) * 2 * np.pi
+    return k.astype(dtype)
+
+
+def long_range(mesh: np.ndarray, box: float, split: float, with_potential: bool,
+               assignment: str = "cic", workers: int = 1) -> LongRange:
+    """Accelerations (G = 1) of the long-range force on every mesh point, and the potential
+    (``with_potential``), from the mass ``mesh`` (an ``n``-cube, assigned with
+    ``assignment``) of a periodic cube of side ``box``; ``split`` is ``r_s`` in length
+    units. FFTs by ``scipy.fft`` on ``workers`` threads, in the mesh's dtype."""
+    n = mesh.shape[0]
+    ftype = mesh.dtype.type
+    h = box / n
+    kx = _wave_numbers(n, box, ftype, False)[:, None, None]
+    ky = _wave_numbers(n, box, ftype, False)[None, :, None]
+    kz = _wave_numbers(n, box, ftype, True)[None, None, :]
+    k2 = kx * kx + ky * ky + kz * kz
+    k2[0, 0, 0] = 1  # the mean density is subtracted: the k = 0 mode is set to zero below
+
+    def window(k: np.ndarray) -> np.ndarray:  # the assignment's window along an axis
+        return np.sinc(k * ftype(h / (2 * np.pi))) ** POINTS[assignment]
+
+    deconvolve = (window(kx) * window(ky) * window(kz)) ** 2
+    green = ftype(4 * np.pi / h**3) * np.exp(-k2 * ftype(split * split)) / (k2 * deconvolve)
+    green[0, 0, 0] = 0
+    psi = scipy.fft.rfftn(mesh, workers=workers) * green
+    nyquist = n // 2 if n % 2 == 0 else None
+    fields = []
+    for axis, k in enumerate((kx, ky, kz)):
+        derivative = 1j * k
+        if nyquist is not None:  # the Nyquist plane: its derivative is not real, drop it
+            index = [slice(None)] * 3
+            index[axis] = slice(nyquist, nyquist + 1)
+            derivative = derivative.copy()
+            derivative[tuple(index)] = 0
+        fields.append(scipy.fft.irfftn(psi * derivative, s=mesh.shape, workers=workers))
+    if with_potential:
+        fields.append(-scipy.fft.irfftn(psi, s=mesh.shape, workers=workers))
+    return LongRange(np.stack(fields).astype(mesh.dtype), float(mesh.sum(dtype=np.float64)))
+
+
+@njit(cache=True)
+def _interpolate(x, y, z, fields, inv_h, points, out):
+    """Interpolation of ``fields`` (rows, n, n, n) at the bodies into ``out`` with the
+    weights of :func:`_deposit`."""
+    n = fields.shape[1]
+    index = np.empty(3 * points, dtype=np.int64)
+    weight = np.empty(3 * points)
+    for i in range(x.shape[0]):
+        for a in range(3):
+            v = float(x[i]) if a == 0 else (float(y[i]) if a == 1 else float(z[i]))
+            _weights(v * inv_h, points, index, weight, a * points)
+        for r in range(out.shape[0]):
+            total = 0.0
+            for s in range(points):
+                for t in range(points):
+                    w = weight[s] * weight[points + t]
+                    for u in range(points):
+                        total += w * weight[2 * points + u] * float(
+                            fields[r, index[s] % n, index[points + t] % n,
+                                   index[2 * points + u] % n])
+            out[r, i] = total
+
+
+def potential_offset(mass: np.ndarray, total_mass: float, box: float, split: float
+                     ) -> np.ndarray:
+    """What the long-range potential of bodies of ``mass`` lacks to be the periodic
+    potential of the Ewald sum (:mod:`~nbody_dask.kernels.ewald`): their own smooth part
+    removed (``+ m / (r_s sqrt(pi))``) and the background's (``+ 4 pi r_s^2 M / L^3``)."""
+    return (mass.astype(np.float64) / (split * math.sqrt(math.pi))
+            + 4 * math.pi * split * split * total_mass / box**3)
+
+
+def interpolate(position: np.ndarray, mass: np.ndarray, solved: LongRange, box: float,
+                split: float, assignment: str = "cic") -> np.ndarray:
+    """Long-range accelerations (and potentials, when ``solved`` has them) of bodies at
+    ``position``, interpolated with ``assignment`` weights: shape (3 or 4, n), in the positions'
+    dtype. The potential includes :func:`potential_offset`."""
+    fields = solved.fields
+    out = np.empty((fields.shape[0], position.shape[1]))
+    _interpolate(position[0], position[1], position[2], fields, fields.shape[1] / box,
+                 POINTS[assignment], out)
+    if fields.shape[0] == 4:
+        out[3] += potential_offset(mass, solved.total_mass, box, split)
+    return out.astype(position.dtype)

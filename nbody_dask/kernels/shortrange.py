@@ -1,0 +1,283 @@
+"""The short-range force of TreePM: a periodic group walk with a cutoff (no Dask).
+
+The short-range part of gravity (:func:`~nbody_dask.kernels.law.short_range`, scale
+``r_s``) falls off as ``exp(-r^2 / 4 r_s^2)``; beyond ``cutoff`` it is dropped. Each leaf of
+a target tree (:mod:`~nbody_dask.kernels.octree`) walks a source tree once, as the isolated
+walk (:mod:`~nbody_dask.kernels.walk`) does, with three changes:
+
+* distances are minimum images in the periodic cube of side ``box`` (``cutoff < box / 2``,
+  so at most one image of a body is within reach);
+* a cell whose every body is beyond the cutoff from every target of the group
+  (``|c - g| - radius - b_max > cutoff``, ``c`` the cell's centre of mass and ``g`` the
+  group's centre, as minimum images) is skipped with its subtree;
+* an accepted cell (the opening test of the isolated walk, and ``|c - g| + radius + b_max
+  <= box / 2`` so that the image of the cell is the nearest image of each of its bodies)
+  contributes its monopole and quadrupole with the short-range law: for a radial potential
+  ``psi(r)`` the quadrupole term is ``D(r) (d.Q.d) / 2`` with ``D = (psi'' - psi'/r) / 3r^2``,
+  here ``D = g / r^5 + h / r^2``, ``h = exp(-r^2/4 r_s^2) / (6 sqrt(pi) r_s^3)``, and
+  since that law's Laplacian (``3 h``) is not zero, the trace ``T`` of the cell's second
+  moment adds ``T h / 2`` (:func:`cell_spread`).
+
+Opened leaves' bodies are summed pair by pair (P2P) with the short-range law of their
+nearest images, those within the cutoff only. Cells are accepted only above the leaves (a
+leaf's few bodies cost about as much pair by pair), and only where the Gaussian factor
+varies little across them, ``b_max (|c - g| + radius) <= 2 theta^2 r_s^2``: the
+short-range law falls off on the scale ``r_s``, and expanded about the centre of mass it
+converges with ``b_max |d| / 2 r_s^2``, not ``b_max / |d|``. Coincident bodies (``r = 0``)
+contribute nothing to each other. Every target sums its terms in a fixed order: the result
+does not depend on threads.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+from .law import JIT_OPTIONS as _JIT
+from .law import inverse_distance, short_range
+from .octree import TileTree
+from .walk import group_sphere
+
+__all__ = ["cell_spread", "short_p2p", "short_m2p", "short_walk_sorted", "spread_of",
+           "short_walk"]
+
+
+@njit(**_JIT)
+def _nearest(d, box, inv_box, half):
+    """``d`` minus the multiple of ``box`` that brings it into ``[-box/2, box/2)``."""
+    return d - box * np.floor(d * inv_box + half)
+
+
+@njit(**_JIT)
+def short_p2p(tx, ty, tz, xs, ys, zs, ms, eps2, law, out):
+    """Add the short-range forces of sources (nearest images) within the cutoff on targets
+    to ``out`` (3 or 4, nt). ``law`` is the walk's constants in the run's dtype: ``(box,
+    1 / box, 1 / (2 r_s), 2 / sqrt(pi), cutoff, r_s)``. The cutoff applies to each pair,
+    so the pairs a walk evaluates body by body act on each other equally and oppositely."""
+    box, inv_box, inv_2rs, c2sp = law[0], law[1], law[2], law[3]
+    cut2 = law[4] * law[4]
+    one = np.ones(1, dtype=tx.dtype)[0]
+    zero = one - one
+    half = one / (one + one)
+    with_potential = out.shape[0] == 4
+    for i in range(tx.shape[0]):
+        xi, yi, zi = tx[i], ty[i], tz[i]
+        ax = ay = az = psi = zero
+        for j in range(xs.shape[0]):
+            dx = _nearest(xs[j] - xi, box, inv_box, half)
+            dy = _nearest(ys[j] - yi, box, inv_box, half)
+            dz = _nearest(zs[j] - zi, box, inv_box, half)
+            r2 = dx * dx + dy * dy + dz * dz
+            if r2 == zero or r2 > cut2:
+                continue
+            g, e = short_range(np.sqrt(r2), inv_2rs, c2sp)
+            inv = inverse_distance(dx, dy, dz, eps2, zero, one)
+            f = ms[j] * g * inv * inv * inv
+            ax += f * dx
+            ay += f * dy
+            az += f * dz
+            psi += ms[j] * e * inv
+        out[0, i] += ax
+        out[1, i] += ay
+        out[2, i] += az
+        if with_potential:
+            out[3, i] -= psi
+
+
+@njit(parallel=True, **_JIT)
+def cell_spread(x, y, z, m, start, end, com):
+    """Each cell's ``sum m |d|^2`` about its centre of mass (float64): the trace of the
+    second moment, which the traceless quadrupole leaves out and the short-range law, whose
+    Laplacian is not zero, needs."""
+    out = np.zeros(start.shape[0])
+    for k in prange(start.shape[0]):
+        total = 0.0
+        for i in range(start[k], end[k]):
+            dx = float(x[i]) - com[0, k]
+            dy = float(y[i]) - com[1, k]
+            dz = float(z[i]) - com[2, k]
+            total += float(m[i]) * (dx * dx + dy * dy + dz * dz)
+        out[k] = total
+    return out
+
+
+@njit(**_JIT)
+def short_m2p(tx, ty, tz, moments, count, eps2, law, out):
+    """Add the short-range forces of ``count`` cells (rows of ``moments``: mass, centre of
+    mass as the image to use, quadrupole xx, yy, zz, xy, xz, yz, and the trace of the second
+    moment, :func:`cell_spread`) on targets to ``out``.
+
+    With ``T`` that trace, ``sum m psi(|x - c - d|)`` to second order in ``d`` adds
+    ``T laplacian(psi) / 6 = T h / 2`` to the quadrupole term (the Laplacian of the
+    short-range potential is ``3 h``)."""
+    inv_2rs, c2sp, rs = law[2], law[3], law[5]
+    one = np.ones(1, dtype=tx.dtype)[0]
+    zero = one - one
+    half = one / (one + one)
+    five = one + one + one + one + one
+    six = five + one
+    # h = exp(-u^2) / (6 sqrt(pi) r_s^3) = exp(-u^2) * (2 / sqrt(pi)) / (12 r_s^3)
+    h0 = c2sp / (six + six) / (rs * rs * rs)
+    half_inv_rs2 = half / (rs * rs)
+    quarter_inv_rs2 = half * half_inv_rs2
+    with_potential = out.shape[0] == 4
+    for i in range(tx.shape[0]):
+        xi, yi, zi = tx[i], ty[i], tz[i]
+        ax = ay = az = psi = zero
+        for c in range(count):
+            m = moments[c, 0]
+            dx, dy, dz = xi - moments[c, 1], yi - moments[c, 2], zi - moments[c, 3]
+            r2 = dx * dx + dy * dy + dz * dz
+            r = np.sqrt(r2)
+            g, e = short_range(r, inv_2rs, c2sp)
+            u = r * inv_2rs
+            h = h0 * math.exp(-u * u)
+            inv_s = inverse_distance(dx, dy, dz, eps2, zero, one)
+            inv2 = one / r2
+            qxx, qyy, qzz = moments[c, 4], moments[c, 5], moments[c, 6]
+            qxy, qxz, qyz = moments[c, 7], moments[c, 8], moments[c, 9]
+            qx = qxx * dx + qxy * dy + qxz * dz
+            qy = qxy * dx + qyy * dy + qyz * dz
+            qz = qxz * dx + qyz * dy + qzz * dz
+            rqr = dx * qx + dy * qy + dz * qz
+            d_r = g * inv2 * inv2 / r + h * inv2
+            d_prime = -(five * g * inv2 * inv2 * inv2 / r + five * h * inv2 * inv2
+                        + h * half_inv_rs2 * inv2)
+            spread = moments[c, 10]
+            radial = (m * g * inv_s * inv_s * inv_s - half * d_prime * rqr
+                      + spread * h * quarter_inv_rs2)
+            ax += d_r * qx - radial * dx
+            ay += d_r * qy - radial * dy
+            az += d_r * qz - radial * dz
+            psi += m * e * inv_s + half * d_r * rqr + half * spread * h
+        out[0, i] += ax
+        out[1, i] += ay
+        out[2, i] += az
+        if with_potential:
+            out[3, i] -= psi
+
+
+@njit(**_JIT)
+def _group_forces(targets, lo, hi, sources, spread, eps2, theta, law, cells64, moments,
+                  scratch, buffer, rows):
+    """Short-range forces on targets ``lo:hi`` (a leaf of the target tree) by one walk of
+    the source tree (:attr:`TileTree.sources`); ``cells64`` is (box, cutoff, r_s) in float64,
+    ``spread`` the source cells' :func:`cell_spread`, ``scratch`` an int64 list of accepted
+    cells and an (11, cells) array for their moments
+    as seen from the group (the nearest image of the centre of mass)."""
+    tx, ty, tz = targets[0], targets[1], targets[2]
+    x, y, z, m, start, end, skip, leaf = sources[:8]
+    mass, com, bmax, acceptable = sources[8], sources[9], sources[11], sources[12]
+    quad = sources[10]
+    box, cutoff = cells64[0], cells64[1]
+    accepted, gathered = scratch
+    n_cells = start.shape[0]
+    gcx, gcy, gcz, radius = group_sphere(tx, ty, tz, lo, hi)
+    n_acc = n_src = 0
+    inv_box = 1.0 / box
+    half_box = 0.5 * box
+    gaussian = 2.0 * theta * theta * cells64[2] * cells64[2]  # bmax |d| / 2 r_s^2 <= theta^2
+    k = 0
+    while k < n_cells:
+        dx = _nearest(com[0, k] - gcx, box, inv_box, 0.5)
+        dy = _nearest(com[1, k] - gcy, box, inv_box, 0.5)
+        dz = _nearest(com[2, k] - gcz, box, inv_box, 0.5)
+        dist = np.sqrt(dx * dx + dy * dy + dz * dz)
+        if dist - radius - bmax[k] > cutoff:
+            k = skip[k]
+        elif (not leaf[k] and acceptable[k] and dist - radius > bmax[k] / theta
+              and bmax[k] * (dist + radius) <= gaussian and dist + radius + bmax[k] <= half_box):
+            gathered[0, n_acc] = mass[k]
+            gathered[1, n_acc] = gcx + dx
+            gathered[2, n_acc] = gcy + dy
+            gathered[3, n_acc] = gcz + dz
+            for r in range(6):
+                gathered[4 + r, n_acc] = quad[r, k]
+            gathered[10, n_acc] = spread[k]
+            n_acc += 1
+            k = skip[k]
+        elif leaf[k]:
+            for i in range(start[k], end[k]):
+                if n_src == buffer.shape[1]:
+                    grown = np.empty((4, 2 * n_src), dtype=buffer.dtype)
+                    grown[:, :n_src] = buffer
+                    buffer = grown
+                buffer[0, n_src], buffer[1, n_src] = x[i], y[i]
+                buffer[2, n_src], buffer[3, n_src] = z[i], m[i]
+                n_src += 1
+            k = skip[k]
+        else:
+            k += 1
+    part = np.zeros((rows, hi - lo), dtype=tx.dtype)
+    short_p2p(tx[lo:hi], ty[lo:hi], tz[lo:hi], buffer[0, :n_src], buffer[1, :n_src],
+              buffer[2, :n_src], buffer[3, :n_src], eps2, law, part)
+    for c in range(n_acc):
+        for r in range(11):
+            moments[c, r] = gathered[r, c]
+    short_m2p(tx[lo:hi], ty[lo:hi], tz[lo:hi], moments, n_acc, eps2, law, part)
+    return part, buffer
+
+
+@njit(parallel=True, **_JIT)
+def short_walk_sorted(targets, sources, spread, eps2, theta, law, cells64, with_potential,
+                      chunks):
+    """Short-range forces (G = 1) on the bodies of a target tree by the bodies of a source
+    tree, one periodic group walk per target leaf (see the module docstring); in the
+    targets' sorted order, shape (3, nt) or (4, nt)."""
+    tx, tstart, tend, tleaf = targets[0], targets[3], targets[4], targets[5]
+    nt = tx.shape[0]
+    dtype = tx.dtype
+    rows = 4 if with_potential else 3
+    out = np.zeros((rows, nt), dtype=dtype)
+    if nt == 0 or sources[0].shape[0] == 0:
+        return out
+    n_cells = sources[4].shape[0]
+    groups = np.nonzero(tleaf)[0]
+    n_groups = groups.shape[0]
+    chunks = max(1, min(chunks, n_groups))
+    for chunk in prange(chunks):
+        scratch = (np.empty(n_cells, dtype=np.int64), np.empty((11, n_cells)))
+        moments = np.empty((n_cells, 11), dtype=dtype)
+        buffer = np.empty((4, 4096), dtype=dtype)
+        for g in range(chunk * n_groups // chunks, (chunk + 1) * n_groups // chunks):
+            cell = groups[g]
+            lo, hi = tstart[cell], tend[cell]
+            part, buffer = _group_forces(targets, lo, hi, sources, spread, eps2, theta, law,
+                                         cells64, moments, scratch, buffer, rows)
+            out[:, lo:hi] = part
+    return out
+
+
+def spread_of(tree: TileTree) -> np.ndarray:
+    """The :func:`cell_spread` of every cell of ``tree``."""
+    return cell_spread(tree.x, tree.y, tree.z, tree.m, tree.start, tree.end, tree.com)
+
+
+def short_walk(target: TileTree, source: TileTree, eps2: Any, theta: float, box: float,
+               split: float, cutoff: float, with_potential: bool = False,
+               spread: np.ndarray | None = None) -> np.ndarray:
+    """Short-range forces (G = 1) on the bodies of ``target`` by those of ``source`` in a
+    periodic cube of side ``box``, in the target's input order: shape (3, n) or, with
+    ``with_potential``, (4, n).
+
+    ``split`` is ``r_s`` and ``cutoff`` the distance beyond which the short-range force is
+    dropped (``< box / 2``), both in length units; ``eps2`` the squared softening in the
+    bodies' dtype; ``spread`` the source's :func:`spread_of` (computed here when None).
+    The trees' cells may hold bodies on both sides of the box (after a drift
+    across it): such cells have a large ``b_max`` and are opened, never wrong.
+    """
+    dtype = target.x.dtype.type
+    law = np.array([box, 1.0 / box, 0.5 / split, 2.0 / math.sqrt(math.pi), cutoff, split],
+                   dtype=dtype)
+    cells64 = np.array([box, cutoff, split])
+    spread = spread_of(source) if spread is None else spread
+    sorted_out = short_walk_sorted(target.targets, source.sources, spread, eps2, float(theta),
+                                   law, cells64, bool(with_potential),
+                                   8 * numba.get_num_threads())
+    out = np.empty_like(sorted_out)
+    out[:, target.order] = sorted_out
+    return out
