@@ -1,8 +1,9 @@
-"""nbody_dask: gravitational N-body simulation on Dask, by direct summation or a tree.
+"""nbody_dask: gravitational N-body simulation on Dask: direct summation, a tree, TreePM.
 
 Bodies are split into tiles; one step is a blocked interaction task graph: a Numba kernel per
 tile pair (exact direct summation) or a group walk per pair of spatial tiles' octrees (the
-tree, far tiles from summaries), and a fixed-order reduction of the partial forces per
+tree, far tiles from summaries; in a periodic box, Ewald sums or TreePM: a particle mesh and
+a periodic walk between neighbouring tiles), and a fixed-order reduction of the partial forces per
 target tile, so results are bit-identical on any cluster. Leapfrog (kick-drift-kick)
 advances the state on the workers. It runs on any dask-distributed cluster (in-process by
 default, Slurm, Kubernetes, GPU workers), writes trajectories as Zarr v3 (local or object
@@ -22,6 +23,7 @@ from .initial_conditions import (  # noqa: E402
     kepler,
     merger,
     plummer,
+    plummer_clumps,
     uniform_cube,
 )
 from .integrators import NonFiniteStateError  # noqa: E402
@@ -56,5 +58,6 @@ __all__ = [
     "cold_collapse",
     "merger",
     "exponential_disk",
+    "plummer_clumps",
     "initial_conditions",
 ]

@@ -61,8 +61,9 @@ class ForceErrors:
 
 
 def direct_reference(bodies: Any, targets: np.ndarray, softening: float = 0.0,
-                     G: float = 1.0) -> np.ndarray:
-    """Accelerations of bodies ``targets`` by a float64 direct sum over all bodies.
+                     G: float = 1.0, box_size: float | None = None) -> np.ndarray:
+    """Accelerations of bodies ``targets`` by a float64 direct sum over all bodies (in a
+    periodic cube of side ``box_size``: the Ewald sum, :mod:`nbody_dask.kernels.ewald`).
 
     Returns
     -------
@@ -74,6 +75,11 @@ def direct_reference(bodies: Any, targets: np.ndarray, softening: float = 0.0,
     position = ds["position"].values.astype(np.float64)
     mass = ds["mass"].values.astype(np.float64)
     targets = np.asarray(targets, dtype=np.int64)
+    if box_size is not None:
+        from .kernels.ewald import ewald_forces
+
+        x = position.T
+        return G * ewald_forces(x[:, targets], x, mass, box_size, softening)[:3].T
     n = position.shape[0]
     starts = np.append(np.arange(0, n, _SOURCE_BLOCK), n)  # blocks [starts[j], starts[j+1])
     xt, yt, zt = (np.ascontiguousarray(position[targets, a]) for a in range(3))
@@ -84,8 +90,10 @@ def direct_reference(bodies: Any, targets: np.ndarray, softening: float = 0.0,
 
 
 def force_errors(bodies: Any, accelerations: np.ndarray, *, softening: float = 0.0,
-                 G: float = 1.0, sample: int = 1000, seed: int = 0) -> ForceErrors:
-    """Relative errors of ``accelerations`` against a float64 direct sum.
+                 G: float = 1.0, sample: int = 1000, seed: int = 0,
+                 box_size: float | None = None) -> ForceErrors:
+    """Relative errors of ``accelerations`` against a float64 direct sum (the Ewald sum in
+    a periodic cube of side ``box_size``).
 
     Parameters
     ----------
@@ -99,6 +107,8 @@ def force_errors(bodies: Any, accelerations: np.ndarray, *, softening: float = 0
         Number of targets, drawn without replacement (all bodies if there are fewer).
     seed : int, default 0
         Seed of the draw.
+    box_size : float, optional
+        The side of the periodic cube the accelerations were computed in.
 
     Returns
     -------
@@ -120,7 +130,9 @@ def force_errors(bodies: Any, accelerations: np.ndarray, *, softening: float = 0
         raise ValueError(f"accelerations must have shape ({n}, 3) for {n} bodies, got "
                          f"{acc.shape}")
     targets = sample_targets(n, sample, seed)
-    ref = direct_reference(ds, targets, softening, G)
+    if box_size is not None:
+        box_size = check_real("box_size", box_size, positive=True)
+    ref = direct_reference(ds, targets, softening, G, box_size)
     errors = relative_errors(acc[targets], ref)
     return ForceErrors(*error_statistics(errors), targets, errors)
 
@@ -169,11 +181,17 @@ def join_targets(*picks: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.
 
 
 def reference_partial(targets: tuple[np.ndarray, np.ndarray], source: Tile,
-                      softening: float) -> np.ndarray:
-    """Accelerations (3, K), float64, G = 1, of the target positions due to one tile."""
+                      softening: float, box_size: float | None = None) -> np.ndarray:
+    """Accelerations (3, K), float64, G = 1, of the target positions due to one tile (and
+    its images in a periodic cube of side ``box_size``: the Ewald sum is a sum over
+    sources, so tiles add up to it)."""
     from .kernels.cpu import accel_tile
 
     position = targets[0]
+    if box_size is not None:
+        from .kernels.ewald import ewald_forces
+
+        return ewald_forces(position, source.position, source.mass, box_size, softening)[:3]
     xs, ys, zs = (np.ascontiguousarray(row, dtype=np.float64) for row in source.position)
     return accel_tile(position[0], position[1], position[2], xs, ys, zs,
                       source.mass.astype(np.float64), np.float64(softening) ** 2)

@@ -18,7 +18,7 @@ import xarray as xr
 
 from . import config
 from ._validate import check_real
-from .bodies import as_bodies, check_fits_dtype, resolve_dtype
+from .bodies import as_bodies, check_fits_dtype, resolve_dtype, wrap_positions
 from .lease import refuse_if_in_use
 from .location import StoreLocation, store_location
 from .plan import Plan, check_backend, check_method, resolve_method
@@ -47,13 +47,18 @@ class RunArguments:
     theta: float | None = None
     leaf_size: int | None = None
     force_error_sample: int | None = None
+    box_size: Any = None
+    mesh_size: int | None = None
+    split: float | None = None
+    cutoff: float | None = None
 
     def plan(self, n: int) -> Plan:
         """The plan of a run of ``n`` bodies: defaults from the configuration, ``"auto"``
         resolved; every value checked (by :class:`~nbody_dask.plan.Plan`)."""
         config.validate()
         asked = check_method(config.get("method", self.method))
-        method = resolve_method(asked, n)
+        box_size = config.get("box-size", self.box_size)
+        method = resolve_method(asked, n, box_size is not None)
         for name in ("steps", "dt"):
             if getattr(self, name) is None:
                 raise TypeError(f"{name} is required")
@@ -69,6 +74,8 @@ class RunArguments:
                 symmetric=bool(config.get("symmetric")), layout=self.layout, method=method,
                 theta=self.theta, leaf_size=self.leaf_size,
                 force_error_sample=self.force_error_sample or 0,
+                box_size=box_size, mesh_size=self.mesh_size, split=self.split,
+                cutoff=self.cutoff,
             )
         except ValueError as exc:
             if asked == method:
@@ -104,10 +111,13 @@ def fresh_start(bodies: Any, store: Any, storage_options: dict | None, overwrite
                          "set G = 1 (nbody_dask.units); leave G out")
     args = replace(args, dt=code_value("dt", args.dt, ds.attrs, "time"),
                    softening=code_value("softening", 0.0 if args.softening is None
-                                        else args.softening, ds.attrs, "length"))
+                                        else args.softening, ds.attrs, "length"),
+                   box_size=code_value("box_size", args.box_size, ds.attrs, "length"))
     plan = args.plan(ds.sizes["body"])
     check_fits_dtype(ds, plan.dtype, dt=plan.dt, softening=plan.softening, G=plan.G,
-                     dt_half=0.5 * plan.dt, softening_squared=plan.softening**2)
+                     dt_half=0.5 * plan.dt, softening_squared=plan.softening**2,
+                     **({} if plan.box_size is None else {"box_size": plan.box_size}))
+    ds = wrap_positions(ds, plan.box_size)
     if store is None and storage_options is not None:
         raise ValueError("storage_options are for store=<an object-store URL>; no store given")
     path = None if store is None else check_store_path(store, overwrite, storage_options)
@@ -131,7 +141,8 @@ def resume_point(bodies: Any, store: Any, storage_options: dict | None, overwrit
     ds = open_trajectory(path)  # validates the store
     plan = stored_plan(ds, check_backend(config.get("backend", args.backend)))
     args = replace(args, dt=code_value("dt", args.dt, ds.attrs, "time"),
-                   softening=code_value("softening", args.softening, ds.attrs, "length"))
+                   softening=code_value("softening", args.softening, ds.attrs, "length"),
+                   box_size=code_value("box_size", args.box_size, ds.attrs, "length"))
     args.check_resume(plan)
     if ds.sizes["time"] == 0:
         raise ValueError(f"store {str(path)!r} has no committed snapshot to resume from; "

@@ -34,6 +34,7 @@ def main() -> None:
               help="TOML or YAML file of option values (command-line options win).")
 @click.option("--ic", default="plummer", show_default=True, metavar="KIND|FILE",
               help="Initial conditions: plummer, uniform, kepler, cold-collapse, merger, disk, "
+                   "clumps (Plummer spheres in a unit box, with --box-size 1), "
                    "or a body file (.npz, .nc, .zarr, or a trajectory, also as a URL: its last "
                    "snapshot).")
 @click.option("-n", "--n", "n", type=int, default=8192, show_default=True,
@@ -59,9 +60,10 @@ def main() -> None:
               help="Tasks of a step: pairs (a task per tile pair) or rows (a tile per worker, "
                    "a task per tile on all its cores: the HPC layout) "
                    "[default: nbody.layout, pairs].")
-@click.option("--method", type=click.Choice(["auto", "direct", "tree"]), default=None,
-              help="Forces: direct (exact), tree (O(N log N), error set by --theta) or auto "
-                   "(direct below 8,192 bodies) [default: nbody.method, auto].")
+@click.option("--method", type=click.Choice(["auto", "direct", "tree", "treepm"]), default=None,
+              help="Forces: direct (exact; Ewald sums with --box-size), tree (O(N log N), "
+                   "error set by --theta), treepm (periodic boxes: mesh and tree) or auto "
+                   "(direct below 8,192 bodies, 2,048 in a box) [default: nbody.method, auto].")
 @click.option("--theta", type=float, default=None,
               help="The tree's opening angle in (0, 1]: smaller is more accurate and slower "
                    "[default: nbody.theta, 0.4].")
@@ -70,6 +72,15 @@ def main() -> None:
 @click.option("--force-error-sample", type=int, default=None, metavar="K",
               help="Record at every snapshot the force error of K sampled bodies against a "
                    "float64 direct sum (median, p99, max) [default: not recorded].")
+@click.option("--box-size", type=float, default=None, metavar="L",
+              help="Side of a periodic cube (bodies wrapped into [0, L), mean density "
+                   "subtracted) [default: nbody.box-size, none: an isolated system].")
+@click.option("--mesh-size", type=int, default=None,
+              help="TreePM's mesh points per side [default: 2 cbrt(N), at least 32].")
+@click.option("--split", type=float, default=None,
+              help="TreePM's force split scale in mesh cells [default: nbody.split, 2.5].")
+@click.option("--cutoff", type=float, default=None,
+              help="TreePM's short-range cutoff in split scales [default: nbody.cutoff, 5].")
 @click.option("-G", "--G", "G", type=float, default=None,
               help="Gravitational constant [default: 1, Hénon units].")
 @click.option("--store", default="run.zarr", show_default=True, metavar="PATH|URL",
@@ -81,9 +92,9 @@ def main() -> None:
 @cluster_options
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, tile_size,
-        split_every, backend, layout, method, theta, leaf_size, force_error_sample, G, store,
-        storage_options, overwrite, max_energy_error, cluster_kind, scheduler, scheduler_file,
-        progress) -> None:
+        split_every, backend, layout, method, theta, leaf_size, force_error_sample, box_size,
+        mesh_size, split, cutoff, G, store, storage_options, overwrite, max_energy_error,
+        cluster_kind, scheduler, scheduler_file, progress) -> None:
     """Run a simulation and write its trajectory to a Zarr store."""
     from .location import store_location
 
@@ -97,7 +108,8 @@ def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, 
                              split_every=split_every, backend=backend, layout=layout,
                              method=method, theta=theta, leaf_size=leaf_size,
                              force_error_sample=force_error_sample, G=G,
-                             overwrite=overwrite, progress=progress,
+                             box_size=box_size, mesh_size=mesh_size, split=split,
+                             cutoff=cutoff, overwrite=overwrite, progress=progress,
                              max_energy_error=max_energy_error,
                              storage_options=storage_options)
 

@@ -7,6 +7,7 @@ They plan and submit like a run of zero steps (:mod:`nbody_dask.graph`,
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -16,10 +17,11 @@ from distributed import Client
 from . import config
 from .accuracy import ForceErrors, force_errors
 from .arguments import RunArguments
-from .bodies import as_bodies, check_fits_dtype, resolve_dtype, split_tiles
+from .bodies import as_bodies, check_fits_dtype, resolve_dtype, split_tiles, wrap_positions
 from .clusters import client_context
 from .driver import run_token, settle, submit_pieces
 from .graph import body_order, initial_pieces, snapshot_graph
+from .units import code_value
 
 __all__ = ["accelerations", "potential_energy", "force_accuracy", "evaluate_once"]
 
@@ -29,9 +31,13 @@ def evaluate_once(bodies: Any, args: RunArguments, client: Client | None,
     """Evaluate forces once on the cluster: the tiles in body order, or (``with_potential``)
     the diagnostics vector (small outputs only)."""
     ds = as_bodies(bodies)
+    args = replace(args, softening=code_value("softening", args.softening, ds.attrs,
+                                              "length"),
+                   box_size=code_value("box_size", args.box_size, ds.attrs, "length"))
     plan = args.plan(ds.sizes["body"])
     check_fits_dtype(ds, plan.dtype, softening=plan.softening, G=plan.G,
                      softening_squared=plan.softening**2)
+    ds = wrap_positions(ds, plan.box_size)
     with client_context(client) as c:
         plan = settle(plan, c)
         token = run_token(ds, plan)
@@ -59,6 +65,10 @@ def accelerations(
     method: str | None = None,
     theta: float | None = None,
     leaf_size: int | None = None,
+    box_size: float | None = None,
+    mesh_size: int | None = None,
+    split: float | None = None,
+    cutoff: float | None = None,
     client: Client | None = None,
 ) -> np.ndarray:
     """Gravitational accelerations of all bodies: one force evaluation on the cluster.
@@ -72,7 +82,8 @@ def accelerations(
     """
     args = RunArguments(steps=0, dt=1.0, softening=softening, G=G, dtype=dtype,
                         tile_size=tile_size, backend=backend, layout=layout, method=method,
-                        theta=theta, leaf_size=leaf_size)
+                        theta=theta, leaf_size=leaf_size, box_size=box_size,
+                        mesh_size=mesh_size, split=split, cutoff=cutoff)
     tiles = evaluate_once(bodies, args, client, with_potential=False)
     return np.concatenate([t.acceleration for t in tiles], axis=1).T.copy()
 
@@ -89,17 +100,23 @@ def potential_energy(
     method: str | None = None,
     theta: float | None = None,
     leaf_size: int | None = None,
+    box_size: float | None = None,
+    mesh_size: int | None = None,
+    split: float | None = None,
+    cutoff: float | None = None,
     client: Client | None = None,
 ) -> float:
     """Total potential energy ``-G sum_{i<j} m_i m_j / sqrt(r_ij^2 + eps^2)``.
 
     Parameters are those of :func:`simulate` (with ``method="tree"`` the potential is the
     tree's: monopole plus quadrupole for accepted cells). Accumulated in float64 across
-    tiles.
+    tiles. In a periodic box (``box_size``) it is ``sum_i m_i phi_i / 2`` with the periodic
+    potential of the Ewald sum (every image, the mean density subtracted).
     """
     args = RunArguments(steps=0, dt=1.0, softening=softening, G=G, dtype=dtype,
                         tile_size=tile_size, backend=backend, layout=layout, method=method,
-                        theta=theta, leaf_size=leaf_size)
+                        theta=theta, leaf_size=leaf_size, box_size=box_size,
+                        mesh_size=mesh_size, split=split, cutoff=cutoff)
     vector = evaluate_once(bodies, args, client, with_potential=True)
     return float(vector[1])
 
@@ -107,11 +124,14 @@ def potential_energy(
 def force_accuracy(bodies: Any, softening: float = 0.0, *, G: float = 1.0,
                    method: str | None = None, theta: float | None = None,
                    leaf_size: int | None = None, dtype: str | None = None,
-                   tile_size: int | None = None, sample: int = 1000, seed: int = 0,
+                   tile_size: int | None = None, box_size: float | None = None,
+                   mesh_size: int | None = None, split: float | None = None,
+                   cutoff: float | None = None, sample: int = 1000, seed: int = 0,
                    client: Client | None = None) -> ForceErrors:
     """How accurate a force method is on a body set: one force evaluation on the cluster
     (:func:`nbody_dask.accelerations` with these parameters), measured against a float64
-    direct sum on ``sample`` random targets (:func:`force_errors`).
+    direct sum (the Ewald sum with ``box_size``) on ``sample`` random targets
+    (:func:`force_errors`).
 
     Examples
     --------
@@ -119,5 +139,11 @@ def force_accuracy(bodies: Any, softening: float = 0.0, *, G: float = 1.0,
     relative force error over 1000 targets: median 9.9e-05, p99 5.6e-04, max 1.4e-03
     """
     acc = accelerations(bodies, softening, G=G, method=method, theta=theta,
-                        leaf_size=leaf_size, dtype=dtype, tile_size=tile_size, client=client)
-    return force_errors(bodies, acc, softening=softening, G=G, sample=sample, seed=seed)
+                        leaf_size=leaf_size, dtype=dtype, tile_size=tile_size,
+                        box_size=box_size, mesh_size=mesh_size, split=split, cutoff=cutoff,
+                        client=client)
+    box = config.get("box-size", box_size)
+    if box is not None:  # the positions as the run saw them, inside the box
+        bodies = wrap_positions(as_bodies(bodies), box)
+    return force_errors(bodies, acc, softening=softening, G=G, sample=sample, seed=seed,
+                        box_size=box)

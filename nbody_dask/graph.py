@@ -44,10 +44,12 @@ from .accuracy import join_targets, pick_targets, reference_partial, sample_targ
 from .integrators import open_step
 from .location import StoreLocation
 from .plan import Plan
-from .spatial import cut_by_chunk, merge_by_id
+from .spatial import (bounding_cube, cut_by_chunk, cut_by_splitters, key_sample, merge_by_id,
+                      merge_parts, sample_stride, splitters, tile_extent)
 
 __all__ = ["Graph", "Piece", "Evaluation", "key", "submit", "combine", "close_targets",
-           "move_bodies", "body_order", "initial_pieces", "steps_pieces", "initial_graph",
+           "move_bodies", "body_order", "cube_key", "retile", "reduce_in_order",
+           "initial_pieces", "steps_pieces", "initial_graph",
            "steps_graph", "fused_steps", "snapshot_graph", "execute"]
 
 Graph = dict[str, tuple]
@@ -171,6 +173,49 @@ def body_order(dsk: Graph, plan: Plan, token: str, step: int, tiles: Sequence) -
                        [[lo] for lo, _ in bounds])
 
 
+def cube_key(token: str, step: int) -> str:
+    """The key of the re-tiling's cube at ``step``: the Morton curve's and the trees'."""
+    return key(token, "cube", step)
+
+
+def retile(dsk: Graph, plan: Plan, token: str, step: int, tiles: list) -> list[str]:
+    """Add the tasks that re-cut ``tiles`` into spatial tiles along the Morton curve
+    (:mod:`nbody_dask.spatial`); return the keys of the new tiles.
+
+    ``T`` extents, one cube, ``T`` key samples, one splitter task, ``T`` cuts, ``T x B``
+    parts (:meth:`~nbody_dask.plan.Plan.shuffle_blocks`) and ``T`` merges: no task holds
+    more than one block of tiles' bodies.
+    """
+    t = len(tiles)
+    extents = [key(token, "extent", step, i) for i in range(t)]
+    samples = [key(token, "sample", step, i) for i in range(t)]
+    cuts = [key(token, "cut", step, i) for i in range(t)]
+    cube, split = cube_key(token, step), key(token, "splitters", step)
+    stride = sample_stride(plan.n, t)
+    for i, tile in enumerate(tiles):
+        dsk[extents[i]] = (tile_extent, tile)
+    dsk[cube] = (bounding_cube, *extents)
+    for i, tile in enumerate(tiles):
+        dsk[samples[i]] = (key_sample, tile, cube, stride)
+    dsk[split] = (splitters, t, *samples)
+    for i, tile in enumerate(tiles):
+        dsk[cuts[i]] = (cut_by_splitters, tile, cube, split)
+    return move_bodies(dsk, plan, token, "spatial", step, cuts, merge_parts, [[]] * t)
+
+
+def reduce_in_order(dsk: Graph, parts: list, groups: list, name: Callable[[int, int], str],
+                    function: Callable, *args: Any) -> list:
+    """Add the tasks of the fixed reduction tree ``groups`` over ``parts`` (keys), each
+    ``function(*args, *its_parts)``, task ``g`` of level ``l`` keyed ``name(l, g)``; return
+    the at most ``split_every`` parts left for the consumer (which must add them in order,
+    with the same ``function``)."""
+    for level, ranges in enumerate(groups):
+        below, parts = parts, [name(level, g) for g in range(len(ranges))]
+        for g, (lo, hi) in enumerate(ranges):
+            dsk[parts[g]] = (function, *args, *below[lo:hi])
+    return parts
+
+
 def _finish(dsk: Graph, tiles: list, state: Any):
     """Submit what is left of ``dsk`` (if anything); return the tiles' futures and the
     method's state with its references' futures."""
@@ -204,7 +249,7 @@ def steps_pieces(plan: Plan, token: str, tiles: Sequence, state: Any, first: int
     for step in range(first, last + 1):
         drifted = [key(token, "drift", step, i) for i in range(len(tiles))]
         for name, tile in zip(drifted, tiles, strict=True):
-            dsk[name] = (open_step, tile, plan.dt)
+            dsk[name] = (open_step, tile, plan.dt, plan.box_size)
         ev = Evaluation(plan, token, step, step in potential_steps, plan.dt, threads,
                         fallback)
         dsk, tiles, state = yield from method.evaluate(ev, dsk, drifted, state)
@@ -279,8 +324,8 @@ def snapshot_graph(plan: Plan, token: str, tiles: Sequence, step: int,
 def _sampled_force_errors(dsk: Graph, plan: Plan, token: str, step: int,
                           tiles: Sequence) -> str:
     """Add the tasks that measure the force errors of the plan's sampled bodies in body-order
-    ``tiles`` against a float64 direct sum (each tile adds its part, summed in tile order);
-    return the key of their ``[median, p99, max]``."""
+    ``tiles`` against a float64 direct sum, the Ewald sum in a periodic box (each tile adds
+    its part, summed in tile order); return the key of their ``[median, p99, max]``."""
     name = functools.partial(key, token)
     targets = _error_targets(plan.n, plan.force_error_sample)
     picks = [name("errpick", step, i) for i in range(len(tiles))]
@@ -290,7 +335,7 @@ def _sampled_force_errors(dsk: Graph, plan: Plan, token: str, step: int,
     dsk[joined] = (join_targets, *picks)
     partials = [name("errpart", step, i) for i in range(len(tiles))]
     for part, tile in zip(partials, tiles, strict=True):
-        dsk[part] = (reference_partial, joined, tile, plan.softening)
+        dsk[part] = (reference_partial, joined, tile, plan.softening, plan.box_size)
     dsk[name("errref", step)] = (tasks.sum_in_order, *partials)
     dsk[name("errstats", step)] = (sampled_errors, joined, plan.G, name("errref", step))
     return name("errstats", step)

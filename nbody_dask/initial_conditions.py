@@ -23,6 +23,7 @@ __all__ = [
     "merger",
     "exponential_disk",
     "freeman_circular_speed",
+    "plummer_clumps",
     "GENERATORS",
     "generate",
 ]
@@ -114,6 +115,49 @@ def plummer(n: int, seed: int = 0, *, max_mass_fraction: float = 0.999) -> xr.Da
     mass = np.full(n, 1.0 / n)
     return _finish(pos, vel, mass, initial_conditions="plummer", seed=seed, units=HENON_UNITS,
                    scale_radius=a)
+
+
+def plummer_clumps(n: int, seed: int = 0, *, clumps: int = 20, box_size: float = 1.0,
+                   smallest: float = 0.005, largest: float = 0.05) -> xr.Dataset:
+    """A clustered periodic box: ``clumps`` Plummer spheres of random scale radii (log-uniform
+    between ``smallest`` and ``largest`` times ``box_size``) at random places in the cube
+    ``[0, box_size)^3``, at rest, wrapped into it: the clustered test of a periodic force.
+
+    Parameters
+    ----------
+    n : int
+        Number of bodies (>= 1), mass ``1 / n`` each, shared among the clumps at random.
+    seed : int
+        Seed of :func:`numpy.random.default_rng` (each clump's bodies from ``seed`` and its
+        index).
+    clumps : int
+        Number of Plummer spheres (>= 1).
+    box_size : float
+        Side of the cube.
+    smallest, largest : float
+        Range of the clumps' scale radii, in units of ``box_size``.
+    """
+    n = _body_count(n, 1)
+    clumps = check_int("clumps", clumps, 1)
+    box_size = check_real("box_size", box_size, positive=True)
+    smallest = check_real("smallest", smallest, positive=True)
+    largest = check_real("largest", largest, positive=True)
+    rng = np.random.default_rng(seed)
+    sizes = rng.multinomial(n, np.full(clumps, 1.0 / clumps))
+    parts = []
+    for k, count in enumerate(sizes):
+        if count == 0:
+            continue
+        radius = box_size * np.exp(rng.uniform(np.log(smallest), np.log(largest)))
+        sphere = plummer(int(count), seed=seed * 1000 + k).position.values
+        parts.append(sphere * (radius / (3 * np.pi / 16)) + rng.random(3) * box_size)
+    pos = np.concatenate(parts)
+    pos -= box_size * np.floor(pos / box_size)
+    pos[pos >= box_size] -= box_size
+    ds = make_bodies(pos, np.zeros_like(pos), np.full(n, 1.0 / n))
+    ds.attrs.update(initial_conditions="plummer_clumps", seed=seed, box_size=box_size,
+                    units="G = 1, M = 1")
+    return ds
 
 
 def _isotropic(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -397,6 +441,7 @@ GENERATORS = {
     "cold-collapse": cold_collapse,
     "merger": merger,
     "disk": exponential_disk,
+    "clumps": plummer_clumps,
 }
 
 

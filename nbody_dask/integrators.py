@@ -19,18 +19,31 @@ import numpy as np
 
 from .bodies import Tile
 
-__all__ = ["open_step", "close_step", "check_finite", "NonFiniteStateError", "INTEGRATOR"]
+__all__ = ["open_step", "close_step", "wrap", "check_finite", "NonFiniteStateError",
+           "INTEGRATOR"]
 
 INTEGRATOR = "leapfrog-kdk"
 
 
-def open_step(tile: Tile, dt: float) -> Tile:
-    """Opening half-kick and drift: returns positions at the new time, half-step velocities."""
+def open_step(tile: Tile, dt: float, box: float | None = None) -> Tile:
+    """Opening half-kick and drift: returns positions at the new time (wrapped into
+    ``[0, box)`` in a periodic cube of side ``box``), half-step velocities."""
     ftype = tile.position.dtype.type
     with np.errstate(over="ignore", invalid="ignore"):  # check_finite reports it, by step
         v_half = tile.velocity + tile.acceleration * ftype(0.5 * dt)
         x_new = tile.position + v_half * ftype(dt)
+    if box is not None:
+        x_new = wrap(x_new, box)
     return tile.evolve(position=x_new, velocity=v_half, acceleration=None, potential=None)
+
+
+def wrap(position: np.ndarray, box: float) -> np.ndarray:
+    """Positions moved by whole box sides into ``[0, box)``, in their dtype (a value that
+    rounds up to ``box`` becomes 0)."""
+    side = position.dtype.type(box)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = position - side * np.floor(position / side)
+    return np.where(out >= side, out - side, out)
 
 
 def close_step(tile: Tile, forces: np.ndarray, G: float, dt: float | None) -> Tile:

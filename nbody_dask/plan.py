@@ -36,7 +36,9 @@ if TYPE_CHECKING:
     from .methods import ForceMethod
 
 __all__ = ["LAYOUTS", "BACKENDS", "DTYPES", "check_layout", "check_backend", "check_method",
-           "resolve_method", "TREE_CROSSOVER", "Plan", "Part",
+           "resolve_method", "TREE_CROSSOVER", "PERIODIC_CROSSOVER", "Plan", "Part",
+           "fast_mesh_size", "auto_mesh_size", "SMALLEST_AUTO_MESH", "tree_tile_size",
+           "TREE_ONE_TILE_MAX",
            "tile_bounds", "auto_tile_size", "direct_tile_size", "reduction_groups",
            "submission_ends"]
 
@@ -48,6 +50,10 @@ DTYPES = ("float32", "float64")
 #: where a simulate() step with the tree became faster than a direct one on the default
 #: local cluster (measured: docs/performance.md).
 TREE_CROSSOVER = 8_192
+
+#: ``method="auto"`` in a periodic box (``box_size``) runs the Ewald sum (``"direct"``)
+#: below this many bodies and TreePM from it on (measured: docs/performance.md).
+PERIODIC_CROSSOVER = 2_048
 
 Part = tuple[tuple[int, int], int | None]
 """A partial force on a target tile: ``((i, j), side)``, the tile-pair task ``(i, j)`` and,
@@ -81,11 +87,43 @@ def check_method(method: object) -> str:
     return method
 
 
-def resolve_method(method: str, n: int) -> str:
-    """``"direct"`` or ``"tree"``: ``"auto"`` decides by :data:`TREE_CROSSOVER`."""
+def resolve_method(method: str, n: int, periodic: bool = False) -> str:
+    """The method ``"auto"`` stands for: ``"direct"`` or ``"tree"`` by
+    :data:`TREE_CROSSOVER`, or in a periodic box ``"direct"`` (Ewald) or ``"treepm"`` by
+    :data:`PERIODIC_CROSSOVER`; any other method as it is."""
     if method != "auto":
         return method
+    if periodic:
+        return "treepm" if n >= PERIODIC_CROSSOVER else "direct"
     return "tree" if n >= TREE_CROSSOVER else "direct"
+
+
+#: The smallest mesh ``mesh_size=None`` chooses: the default cutoff (``split * cutoff`` =
+#: 12.5 cells) must stay below half the box.
+SMALLEST_AUTO_MESH = 32
+
+
+def auto_mesh_size(n: int) -> int:
+    """TreePM's mesh points per side for ``n`` bodies: twice the particle grid,
+    ``2 cbrt(n)``, at least :data:`SMALLEST_AUTO_MESH`, rounded up to a fast FFT size. With
+    the default split (2.5 cells) the split scale is then 1.25 mean spacings, as GADGET's
+    1.25 cells on a mesh of the particle grid, for the same short-range work, and the mesh
+    force is 4x more accurate (docs/user-guide.md, "Periodic boxes")."""
+    grid = math.ceil(round(max(n, 0) ** (1 / 3), 9))
+    return fast_mesh_size(max(2 * grid, SMALLEST_AUTO_MESH))
+
+
+def fast_mesh_size(n: int) -> int:
+    """The smallest mesh size ``>= n`` whose prime factors are 2, 3 and 5 (fast FFTs)."""
+    size = max(2, int(n))
+    while True:
+        rest = size
+        for p in (2, 3, 5):
+            while rest % p == 0:
+                rest //= p
+        if rest == 1:
+            return size
+        size += 1
 
 
 def tile_bounds(n: int, tile_size: int) -> list[tuple[int, int]]:
@@ -158,6 +196,34 @@ def direct_tile_size(n: int, threads: int, backend: str = "cpu", layout: str = "
     return max(1, math.ceil(n / tiles))
 
 
+#: The tree on a one-worker cluster keeps up to this many bodies in one tile (see
+#: :func:`tree_tile_size`; its memory is measured in docs/performance.md).
+TREE_ONE_TILE_MAX = 8_388_608
+
+
+def tree_tile_size(n: int, threads: int, workers: int = 1, layout: str = "pairs") -> int:
+    """Tile size of the tree method.
+
+    On one worker, up to :data:`TREE_ONE_TILE_MAX` bodies are one tile: one
+    fused task whose walk runs on all the worker's threads, with no re-tiling and no routing
+    back to body order (faster than a few spatial tiles, and as accurate as one global tree,
+    docs/performance.md). On several workers, and beyond that size: with
+    ``layout="rows"`` a tile per worker (each worker's row task walks on all its cores), at
+    most ``TREE_ONE_TILE_MAX`` bodies a tile; with ``"pairs"``, ``T`` spatial tiles with
+    ``T**2 >= 4 * threads`` tile-pair tasks, so that the threads share a step's uneven pair
+    tasks (a tile with itself costs most, a far pair little), and at most 1,048,576 bodies a
+    tile (the memory of one task). Never tiles under 4,096 bodies.
+    """
+    workers = max(1, int(workers))
+    if n <= 16_384 or (workers == 1 and n <= TREE_ONE_TILE_MAX):
+        return max(n, 1)
+    if layout == "rows":
+        tiles = max(workers, math.ceil(n / TREE_ONE_TILE_MAX))
+    else:
+        tiles = max(math.ceil(math.sqrt(4 * max(1, int(threads)))), math.ceil(n / 1_048_576))
+    return max(1, math.ceil(n / min(tiles, n // 4_096)))
+
+
 def _balance(tiles: int, threads: int) -> float:
     """Busy share of ``threads`` given a step's ``tiles**2`` tile pairs in whole units."""
     pairs = tiles * tiles
@@ -191,7 +257,7 @@ def submission_ends(snapshot_steps: list[int], max_steps: int) -> Iterator[int]:
 
 #: Plan fields that default to the configuration's ``nbody.<field-with-dashes>``.
 _CONFIGURED = ("dtype", "tile_size", "split_every", "layout", "theta", "leaf_size",
-               "retile_every", "near_far_tiles")
+               "retile_every", "near_far_tiles", "mesh_size", "split", "cutoff")
 
 
 @dataclass(frozen=True)
@@ -241,6 +307,16 @@ class Plan:
     force_error_sample : int
         Bodies whose relative force error every snapshot records against a float64 direct
         sum (:mod:`nbody_dask.accuracy`); 0 records none.
+    box_size : float or None
+        Side of the periodic cube (None: an isolated system). Positions are kept in
+        ``[0, box_size)``; the mean density is subtracted (:mod:`nbody_dask.methods.treepm`).
+    mesh_size : int or None
+        TreePM's mesh points per side; None in a periodic box chooses
+        :func:`auto_mesh_size`.
+    split : float
+        TreePM's force split scale ``r_s`` in mesh cells.
+    cutoff : float
+        TreePM's short-range cutoff in units of ``r_s``.
     """
 
     n: int
@@ -261,6 +337,10 @@ class Plan:
     retile_every: int | None = None
     force_error_sample: int = 0
     near_far_tiles: int | None = None
+    box_size: float | None = None
+    mesh_size: int | None = None
+    split: float | None = None
+    cutoff: float | None = None
 
     def __post_init__(self) -> None:
         self._check_numbers()
@@ -289,22 +369,53 @@ class Plan:
             if getattr(self, name) is None:
                 keep(name, config.get(name.replace("_", "-")))
 
+        if self.box_size is not None:
+            keep("box_size", check_real("box_size", self.box_size, positive=True))
+            if self.mesh_size is None:
+                keep("mesh_size", auto_mesh_size(self.n))
         for name, minimum in (("n", 0), ("steps", 0), ("split_every", 2), ("leaf_size", 1),
                               ("retile_every", 1), ("force_error_sample", 0),
-                              ("near_far_tiles", 1), ("snapshot_every", 1), ("tile_size", 1)):
+                              ("near_far_tiles", 1), ("snapshot_every", 1), ("tile_size", 1),
+                              ("mesh_size", 2)):
             value = getattr(self, name)
-            if value is None and name in ("snapshot_every", "tile_size"):
-                continue  # not set: snapshots at the ends only; the cluster decides the tiles
+            if value is None and name in ("snapshot_every", "tile_size", "mesh_size"):
+                continue  # not set: snapshots at the ends only; the cluster decides the
+                # tiles; no mesh outside a periodic box
             value = check_int(name, value, minimum)
             if value >= 2**63:  # the kernels count in int64
                 raise ValueError(f"{name} must be < 2**63, got {value!r}")
             keep(name, value)
         for name, positive in (("dt", True), ("softening", False), ("G", True),
-                               ("theta", True)):
+                               ("theta", True), ("split", True), ("cutoff", True)):
             keep(name, check_real(name, getattr(self, name), positive=positive,
                                   nonnegative=not positive))
         if self.theta > 1:
             raise ValueError(f"theta must be in (0, 1], got {self.theta!r}")
+
+    @property
+    def periodic(self) -> bool:
+        """A periodic box (:attr:`box_size` given)."""
+        return self.box_size is not None
+
+    @property
+    def split_length(self) -> float:
+        """TreePM's split scale ``r_s`` in length units (:attr:`split` mesh cells)."""
+        return self.split * self._box() / self._mesh()
+
+    @property
+    def cutoff_length(self) -> float:
+        """TreePM's short-range cutoff in length units (:attr:`cutoff` times ``r_s``)."""
+        return self.cutoff * self.split_length
+
+    def _box(self) -> float:
+        if self.box_size is None:
+            raise ValueError("the plan has no periodic box (box_size)")
+        return self.box_size
+
+    def _mesh(self) -> int:
+        if self.mesh_size is None:
+            raise ValueError("the plan has no mesh (mesh_size)")
+        return self.mesh_size
 
     @property
     def force_method(self) -> ForceMethod:

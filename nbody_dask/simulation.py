@@ -52,6 +52,10 @@ def simulate(
     theta: float | None = None,
     leaf_size: int | None = None,
     force_error_sample: int | None = None,
+    box_size: float | None = None,
+    mesh_size: int | None = None,
+    split: float | None = None,
+    cutoff: float | None = None,
     client: Client | None = None,
     overwrite: bool = False,
     resume: bool = False,
@@ -110,14 +114,18 @@ def simulate(
         layout, for one single-threaded worker process per node (with the tree: a spatial
         tile per worker and a task per tile that walks its near tiles and its far tiles'
         summaries, about ``4 T`` tasks a step). See :mod:`nbody_dask.plan`.
-    method : {"auto", "direct", "tree"}, optional
+    method : {"auto", "direct", "tree", "treepm"}, optional
         How forces are computed; ``nbody.method`` ("auto") by default. ``"direct"``: exact
-        direct summation. ``"tree"``: an octree with quadrupole moments on spatial tiles
-        (:mod:`nbody_dask.kernels.tree`), O(N log N), with a relative force error set by
-        ``theta`` (median ~1e-4 at the default). ``"auto"``: direct below
-        :data:`~nbody_dask.plan.TREE_CROSSOVER` bodies, the tree from there on. The choice
-        is printed with the progress bar and stored in the trajectory's ``method``
-        attribute. Results are bit-reproducible with either.
+        direct summation (Ewald sums in a periodic box). ``"tree"``: an octree with
+        quadrupole moments on spatial tiles (:mod:`nbody_dask.kernels.tree`), O(N log N),
+        with a relative force error set by ``theta`` (median ~1e-4 at the default).
+        ``"treepm"``: periodic boxes only, a particle mesh for the long range and a tree
+        walk with a cutoff for the short range (:mod:`nbody_dask.methods.treepm`).
+        ``"auto"``: direct below :data:`~nbody_dask.plan.TREE_CROSSOVER` bodies, the tree
+        from there on (in a periodic box: below
+        :data:`~nbody_dask.plan.PERIODIC_CROSSOVER`, then treepm). The choice is printed
+        with the progress bar and stored in the trajectory's ``method`` attribute. Results
+        are bit-reproducible with each.
     theta : float, optional
         The tree's opening angle, in (0, 1]; ``nbody.theta`` (0.4) by default. Smaller is
         more accurate and slower (see the user guide's "accuracy and speed").
@@ -129,6 +137,19 @@ def simulate(
         statistic)`` in the trajectory, ``statistic`` being median, p99 and max. It costs
         ``force_error_sample x N`` float64 interactions a snapshot, spread over the tiles.
         None or 0 (the default): not recorded.
+    box_size : float or astropy.units.Quantity, optional
+        Side ``L`` of a periodic cube (``nbody.box-size``; None: an isolated system). The
+        bodies move in ``[0, L)`` (positions outside are wrapped in at the start and after
+        every drift), every body feels every image of every other, and the mean density is
+        subtracted, as in cosmological codes. A length quantity for bodies in physical
+        units. See the user guide's "Periodic boxes".
+    mesh_size : int, optional
+        TreePM's mesh points per side (``nbody.mesh-size``); by default twice the particle
+        grid, ``2 cbrt(N)`` (at least 32), rounded up to a fast FFT size.
+    split : float, optional
+        TreePM's force split scale ``r_s`` in mesh cells (``nbody.split``, 2.5).
+    cutoff : float, optional
+        TreePM's short-range cutoff in units of ``r_s`` (``nbody.cutoff``, 5.0).
     client : distributed.Client, optional
         Cluster to run on. None starts a :func:`nbody_dask.clusters.local` cluster bound
         to 127.0.0.1 and closes it afterwards.
@@ -198,7 +219,8 @@ def simulate(
     args = RunArguments(steps=steps, dt=dt, softening=softening, G=G,
                         snapshot_every=snapshot_every, dtype=dtype, tile_size=tile_size,
                         split_every=split_every, backend=backend, layout=layout, method=method,
-                        theta=theta, leaf_size=leaf_size, force_error_sample=force_error_sample)
+                        theta=theta, leaf_size=leaf_size, force_error_sample=force_error_sample,
+                        box_size=box_size, mesh_size=mesh_size, split=split, cutoff=cutoff)
     if resume:
         plan, path, done = resume_point(bodies, store, storage_options, overwrite, args)
         ds, t0 = None, 0.0

@@ -31,7 +31,8 @@ from numba import njit
 from .bodies import Tile
 from .kernels.octree import morton_keys
 
-__all__ = ["SAMPLE_PER_TILE", "sample_stride", "tile_extent", "bounding_cube", "curve_keys",
+__all__ = ["SAMPLE_PER_TILE", "sample_stride", "tile_extent", "periodic_neighbours",
+           "bounding_cube", "curve_keys",
            "key_sample", "splitters", "cut_by_splitters", "merge_parts", "cut_by_chunk",
            "merge_by_id"]
 
@@ -48,6 +49,22 @@ def tile_extent(tile: Tile) -> np.ndarray:
     """The tile's bounding box as float64, shape (2, 3): lower and upper corner."""
     position = tile.position.astype(np.float64)
     return np.stack([position.min(axis=1), position.max(axis=1)])
+
+
+def periodic_neighbours(box: float, reach: float, *extents: np.ndarray) -> list[list[int]]:
+    """For each tile, in order, the tiles (itself included, ascending) whose bounding box
+    (:func:`tile_extent`) comes within ``reach`` of its own in a periodic cube of side
+    ``box``: the gap along each axis is the smallest over the images of the other box."""
+    boxes = np.array(extents, dtype=np.float64)  # (t, 2, 3)
+    lo, hi = boxes[:, 0], boxes[:, 1]
+    gap = np.full((len(extents), len(extents), 3), np.inf)
+    for shift in (-box, 0.0, box):
+        apart = np.maximum(lo[:, None, :] - (hi[None, :, :] + shift),
+                           (lo[None, :, :] + shift) - hi[:, None, :])
+        gap = np.minimum(gap, np.maximum(apart, 0.0))
+    near = (gap ** 2).sum(axis=2) <= reach * reach
+    return [np.flatnonzero(row | (np.arange(len(extents)) == i)).tolist()
+            for i, row in enumerate(near)]
 
 
 def bounding_cube(*extents: np.ndarray) -> np.ndarray:

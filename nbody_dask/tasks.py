@@ -20,7 +20,7 @@ from .backends import tile_kernels
 from .bodies import Tile
 from .diagnostics import tile_diagnostics
 from .integrators import check_finite, close_step
-from .kernels import cpu, rows
+from .kernels import cpu, ewald, pm, rows, shortrange
 from .kernels import tree as trees
 from .location import StoreLocation
 from .plan import reduction_groups
@@ -31,7 +31,9 @@ __all__ = ["Forces", "Closing", "Walk", "PairForces", "pair_forces", "symmetric_
            "refit_tree", "tree_summary", "tree_forest", "near_now", "tile_motion",
            "near_in_window", "far_forces", "sum_in_order", "sum_sides", "reduce_in_groups",
            "close", "close_row", "close_tree_row", "write_and_measure", "merge_picked",
-           "append"]
+           "append", "Periodic", "ShortTree", "ewald_pair_forces", "ewald_factors",
+           "ewald_long_forces", "short_tree", "refit_short_tree", "short_pair_forces",
+           "mesh_deposit", "mesh_sum", "mesh_solve", "mesh_forces"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,21 @@ class Walk:
     forces: Forces
     theta: float
     threads: int | None
+
+
+@dataclass(frozen=True)
+class Periodic:
+    """A periodic cube's force parameters: its side ``box``; for TreePM the mesh points per
+    side, the split scale ``r_s`` and the short-range ``cutoff`` (length units), the
+    short-range walk's ``theta`` and the Numba and FFT ``threads`` of a task (None: every
+    core; the result does not depend on them)."""
+
+    box: float
+    mesh: int | None = None
+    split: float = 0.0
+    cutoff: float = 0.0
+    theta: float = 0.0
+    threads: int | None = None
 
 
 class PairForces(NamedTuple):
@@ -187,6 +204,101 @@ def far_forces(step: int, target: trees.TileTree, forest: trees.Forest, far: lis
                               walk.forces.with_potential)
     except trees.FarFieldError as exc:
         raise trees.FarFieldError(f"step {step}: {exc}", step) from None
+
+
+# -- periodic boxes: Ewald sums ----------------------------------------------------------------
+
+def _rows(values: np.ndarray, forces: Forces, dtype: Any) -> np.ndarray:
+    """A (4, n) float64 result as the partial forces of a tile: 3 or 4 rows, its dtype."""
+    return values[:4 if forces.with_potential else 3].astype(dtype)
+
+
+def ewald_pair_forces(target: Tile, source: Tile, forces: Forces, box: float) -> np.ndarray:
+    """Real-space Ewald partial forces on ``target`` due to ``source`` and its images
+    (:func:`~nbody_dask.kernels.ewald.real_space`), in float64, returned in the tile's dtype."""
+    t, s = target.position, source.position
+    alpha = ewald.default_alpha(box)
+    out = ewald.real_space(t[0], t[1], t[2], s[0], s[1], s[2], source.mass, float(box), alpha,
+                           float(forces.softening) ** 2, target.start == source.start)
+    return _rows(out, forces, t.dtype)
+
+
+def ewald_factors(tile: Tile, box: float) -> np.ndarray:
+    """The tile's structure factors over the Ewald wave vectors, and its mass as the last
+    entry (complex128): partial sums that add up over tiles."""
+    p = tile.position
+    vectors = ewald.wave_vectors(box, ewald.default_alpha(box))
+    factors = ewald.structure_factors(p[0], p[1], p[2], tile.mass, float(box), vectors)
+    return np.append(factors, tile.mass.sum(dtype=np.float64))
+
+
+def ewald_long_forces(tile: Tile, forces: Forces, box: float, *parts: np.ndarray
+                      ) -> np.ndarray:
+    """Reciprocal-space Ewald partial forces on ``tile`` from the structure factors of all
+    tiles (the last ``parts`` of their fixed-order sum, added here in order)."""
+    total = sum_in_order(*parts)
+    alpha = ewald.default_alpha(box)
+    p = tile.position
+    out = ewald.reciprocal_space(p[0], p[1], p[2], float(box), alpha,
+                                 ewald.wave_vectors(box, alpha), total[:-1], total[-1].real)
+    return _rows(out, forces, p.dtype)
+
+
+# -- periodic boxes: TreePM --------------------------------------------------------------------
+
+class ShortTree(NamedTuple):
+    """A tile's tree for the short-range walk and its cells' second-moment traces."""
+
+    tree: trees.TileTree
+    spread: np.ndarray
+
+
+def short_tree(tile: Tile, leaf_size: int, cube: np.ndarray | None = None) -> ShortTree:
+    """The tile's octree (keys in ``cube``, as :func:`tile_tree`) for the short range."""
+    tree = trees.build(tile.position, tile.mass, leaf_size, cube)
+    return ShortTree(tree, shortrange.spread_of(tree))
+
+
+def refit_short_tree(old: ShortTree, tile: Tile) -> ShortTree:
+    """The tile's short-range tree at its new positions, with the cells of ``old``."""
+    tree = trees.refit(old.tree, tile.position, tile.mass)
+    return ShortTree(tree, shortrange.spread_of(tree))
+
+
+def short_pair_forces(target: ShortTree, source: ShortTree, forces: Forces,
+                      periodic: Periodic) -> np.ndarray:
+    """Short-range partial forces on tile tree ``target`` due to tile tree ``source``: one
+    periodic walk with the cutoff (:func:`~nbody_dask.kernels.shortrange.short_walk`)."""
+    rows.set_threads(periodic.threads)
+    return shortrange.short_walk(target.tree, source.tree, forces.eps2(target.tree.x.dtype),
+                                 periodic.theta, periodic.box, periodic.split,
+                                 periodic.cutoff, forces.with_potential, source.spread)
+
+
+def mesh_deposit(tile: Tile, periodic: Periodic) -> pm.Region:
+    """The tile's partial mesh (TSC mass on the region its bodies touch)."""
+    return pm.deposit(tile.position, tile.mass, periodic.box, periodic.mesh, "tsc")
+
+
+def mesh_sum(mesh: int, dtype: str, *parts: pm.Region | np.ndarray) -> np.ndarray:
+    """Partial meshes added in order on the whole mesh (:func:`~nbody_dask.kernels.pm.
+    mesh_sum`)."""
+    return pm.mesh_sum(mesh, dtype, *parts)
+
+
+def mesh_solve(periodic: Periodic, dtype: str, with_potential: bool,
+               *parts: pm.Region | np.ndarray) -> pm.LongRange:
+    """The last partial meshes added in order, and the long-range accelerations (and
+    potential) on the mesh by FFT on the task's threads."""
+    mesh = pm.mesh_sum(periodic.mesh, dtype, *parts)
+    return pm.long_range(mesh, periodic.box, periodic.split, with_potential, "tsc",
+                         periodic.threads or -1)
+
+
+def mesh_forces(tile: Tile, solved: pm.LongRange, periodic: Periodic) -> np.ndarray:
+    """Long-range partial forces on ``tile``, interpolated from the solved mesh."""
+    return pm.interpolate(tile.position, tile.mass, solved, periodic.box, periodic.split,
+                          "tsc")
 
 
 # -- reductions and the closing kick -----------------------------------------------------------

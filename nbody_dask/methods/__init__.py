@@ -9,6 +9,9 @@ The plan, the graph builders, the driver and the store know a method only by its
     ``layout="rows"``), the symmetric kernel for unordered pairs.
 :mod:`nbody_dask.methods.tree`
     An octree per spatial tile, a group walk per tile pair, far tiles from summaries.
+:mod:`nbody_dask.methods.treepm`
+    Periodic boxes: a particle mesh (FFT) for the long range, a periodic tree walk with a
+    cutoff between neighbouring spatial tiles for the short range.
 
 The interface (:class:`ForceMethod`) has a planning half, pure arithmetic on a
 :class:`~nbody_dask.plan.Plan` (no Dask, no arrays), and a graph half:
@@ -50,7 +53,8 @@ if TYPE_CHECKING:
 __all__ = ["ForceMethod", "CarriedState", "register", "get", "names", "BUILTIN"]
 
 #: The methods that ship with nbody_dask: name -> module, imported on first use.
-BUILTIN = {"direct": "nbody_dask.methods.direct", "tree": "nbody_dask.methods.tree"}
+BUILTIN = {"direct": "nbody_dask.methods.direct", "tree": "nbody_dask.methods.tree",
+           "treepm": "nbody_dask.methods.treepm"}
 
 _REGISTERED: dict[str, ForceMethod] = {}
 

@@ -5,6 +5,13 @@
 plan's reduction tree and the closing kick (:func:`nbody_dask.graph.close_targets`). The
 partials of a target are its source tiles' in source order.
 
+In a periodic box (:attr:`~nbody_dask.plan.Plan.box_size`) the forces are Ewald sums
+(:mod:`nbody_dask.kernels.ewald`), exact to round-off: a task per tile pair for the
+real-space sum over the source's images, a task per tile for its structure factors, which
+the fixed-order reduction adds, and a task per target tile for the reciprocal sum; a target's
+partials are its source tiles' in source order, then its reciprocal part. ``"pairs"`` layout
+and CPUs only.
+
 ``"rows"`` layout: ``about sqrt(T)`` tasks gather blocks of drifted tiles, then one task per
 target tile computes its whole row with the parallel kernel and sums it with the same groups
 (:func:`nbody_dask.tasks.close_row`): bit-identical to ``"pairs"`` without the symmetric
@@ -16,8 +23,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import tasks
-from ..graph import Evaluation, Graph, close_targets
-from ..plan import Plan, direct_tile_size
+from ..graph import Evaluation, Graph, close_targets, reduce_in_order
+from ..plan import Plan, direct_tile_size, reduction_groups
 from . import ForceMethod, register
 
 __all__ = ["Direct", "DIRECT"]
@@ -28,15 +35,23 @@ class Direct(ForceMethod):
 
     name = "direct"
 
+    def check(self, plan: Plan) -> None:
+        if plan.periodic and plan.layout == "rows":
+            raise ValueError("Ewald sums in a periodic box (box_size) run the 'pairs' layout, "
+                             "got layout='rows'")
+        if plan.periodic and plan.backend == "cuda":
+            raise ValueError("Ewald sums in a periodic box (box_size) run on CPUs, got "
+                             "backend='cuda'")
+
     def tile_size(self, n: int, threads: int, workers: int, layout: str, backend: str) -> int:
         return direct_tile_size(n, threads, backend, layout, workers)
 
     def settle(self, plan: Plan, threads: int, workers: int, backend: str) -> Plan:
-        if plan.layout == "rows":
+        if plan.layout == "rows" or plan.periodic:
             backend = "cpu"
         settled = super().settle(plan, threads, workers, backend)
         return replace(settled, symmetric=(plan.symmetric and backend == "cpu"
-                                           and plan.layout == "pairs"))
+                                           and plan.layout == "pairs" and not plan.periodic))
 
     def tasks_per_step(self, plan: Plan) -> int:
         t = plan.n_tiles
@@ -44,10 +59,16 @@ class Direct(ForceMethod):
             return 1
         if plan.layout == "rows":  # drift, blocks, row (forces and kick)
             return 2 * t + len(plan.source_blocks())
+        if plan.periodic:  # and per tile its factors and reciprocal part, their reduction
+            factors = sum(len(level) for level in plan.groups())
+            return 4 * t + t * t + factors + t * sum(
+                len(level) for level in reduction_groups(t + 1, plan.split_every))
         combines = sum(len(level) for level in plan.groups()) * t
         return 2 * t + len(plan.pair_tasks()) + combines
 
     def describe(self, plan: Plan) -> str:
+        if plan.periodic:
+            return f"forces by Ewald sums in a periodic box of side {plan.box_size} (exact)"
         return "forces by direct summation (exact)"
 
     def evaluate(self, ev: Evaluation, dsk: Graph, tiles: list, state: None):
@@ -55,6 +76,8 @@ class Direct(ForceMethod):
         plan = ev.plan
         if plan.layout == "rows":
             return dsk, self.rows(ev, dsk, tiles), None
+        if plan.periodic:
+            return dsk, self.ewald(ev, dsk, tiles), None
         for i, j in plan.pair_tasks():
             if not plan.symmetric:
                 task = (tasks.pair_forces, tiles[i], tiles[j], ev.forces, plan.backend)
@@ -66,6 +89,29 @@ class Direct(ForceMethod):
         parts = [[(ev.key("pair", *pair), side) for pair, side in plan.parts(i)]
                  for i in range(len(tiles))]
         return dsk, close_targets(ev, dsk, tiles, parts, lambda count: plan.groups()), None
+
+    @staticmethod
+    def ewald(ev: Evaluation, dsk: Graph, tiles: list) -> list[str]:
+        """The periodic box's tasks: real-space pairs, structure factors, their reduction,
+        reciprocal parts, and the closing tasks."""
+        plan, t, box = ev.plan, len(tiles), ev.plan.box_size
+        factors = [ev.key("factors", i) for i in range(t)]
+        for name, tile in zip(factors, tiles, strict=True):
+            dsk[name] = (tasks.ewald_factors, tile, box)
+        total = reduce_in_order(dsk, factors, plan.groups(),
+                                lambda level, g: ev.key(f"factorsum{level}", g),
+                                tasks.sum_in_order)
+        parts = []
+        for i in range(t):
+            for j in range(t):
+                dsk[ev.key("pair", i, j)] = (tasks.ewald_pair_forces, tiles[i], tiles[j],
+                                             ev.forces, box)
+            dsk[ev.key("long", i)] = (tasks.ewald_long_forces, tiles[i], ev.forces, box,
+                                      *total)
+            parts.append([(ev.key("pair", i, j), None) for j in range(t)]
+                         + [(ev.key("long", i), None)])
+        return close_targets(ev, dsk, tiles, parts,
+                             lambda count: reduction_groups(count, plan.split_every))
 
     @staticmethod
     def rows(ev: Evaluation, dsk: Graph, tiles: list) -> list[str]:

@@ -33,18 +33,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import tasks
-from ..graph import Evaluation, Graph, close_targets, key, move_bodies, submit
+from ..graph import Evaluation, Graph, close_targets, cube_key, retile, submit
 from ..kernels.farfield import FarFieldError
-from ..plan import Plan, reduction_groups
-from ..spatial import (bounding_cube, cut_by_splitters, key_sample, merge_parts,
-                       sample_stride, splitters, tile_extent)
+from ..plan import TREE_ONE_TILE_MAX, Plan, reduction_groups, tree_tile_size
 from . import ForceMethod, register
 
-__all__ = ["Tree", "TREE", "TreeWindow", "retile", "tree_tile_size", "TREE_ONE_TILE_MAX"]
-
-#: The tree on a one-worker cluster keeps up to this many bodies in one tile (see
-#: :func:`tree_tile_size`; its memory is measured in docs/performance.md).
-TREE_ONE_TILE_MAX = 8_388_608
+__all__ = ["Tree", "TREE", "TreeWindow", "tree_tile_size", "TREE_ONE_TILE_MAX"]
 
 
 @dataclass(frozen=True)
@@ -63,29 +57,6 @@ class TreeWindow:
         return TreeWindow(list(references), self.near)
 
 
-def tree_tile_size(n: int, threads: int, workers: int = 1, layout: str = "pairs") -> int:
-    """Tile size of the tree method.
-
-    On one worker, up to :data:`TREE_ONE_TILE_MAX` bodies are one tile: one
-    fused task whose walk runs on all the worker's threads, with no re-tiling and no routing
-    back to body order (faster than a few spatial tiles, and as accurate as one global tree,
-    docs/performance.md). On several workers, and beyond that size: with
-    ``layout="rows"`` a tile per worker (each worker's row task walks on all its cores), at
-    most ``TREE_ONE_TILE_MAX`` bodies a tile; with ``"pairs"``, ``T`` spatial tiles with
-    ``T**2 >= 4 * threads`` tile-pair tasks, so that the threads share a step's uneven pair
-    tasks (a tile with itself costs most, a far pair little), and at most 1,048,576 bodies a
-    tile (the memory of one task). Never tiles under 4,096 bodies.
-    """
-    workers = max(1, int(workers))
-    if n <= 16_384 or (workers == 1 and n <= TREE_ONE_TILE_MAX):
-        return max(n, 1)
-    if layout == "rows":
-        tiles = max(workers, math.ceil(n / TREE_ONE_TILE_MAX))
-    else:
-        tiles = max(math.ceil(math.sqrt(4 * max(1, int(threads)))), math.ceil(n / 1_048_576))
-    return max(1, math.ceil(n / min(tiles, n // 4_096)))
-
-
 class Tree(ForceMethod):
     """The octree method (:mod:`nbody_dask.methods.tree`)."""
 
@@ -94,6 +65,9 @@ class Tree(ForceMethod):
     fallback_errors = (FarFieldError,)
 
     def check(self, plan: Plan) -> None:
+        if plan.periodic:
+            raise ValueError("method='tree' is for isolated systems; in a periodic box "
+                             "(box_size) use method='treepm' or 'direct' (Ewald sums)")
         if plan.backend == "cuda":
             raise ValueError("method='tree' runs on CPUs; backend='cuda' needs "
                              "method='direct'")
@@ -147,7 +121,7 @@ class Tree(ForceMethod):
                 dsk[trees[i]] = (tasks.refit_tree, window.trees[i], tiles[i])
             return dsk, _forces(ev, dsk, tiles, trees, window.near, None), window
         tiles = retile(dsk, plan, ev.token, ev.step, tiles)
-        trees = _trees(ev, dsk, tiles, _cube_key(ev.token, ev.step))
+        trees = _trees(ev, dsk, tiles, cube_key(ev.token, ev.step))
         if not plan.near_far:
             return dsk, _forces(ev, dsk, tiles, trees, None, None), TreeWindow(trees, None)
         # near/far for the positions of this step: fetched before its forces are submitted
@@ -226,36 +200,6 @@ def _forest(ev: Evaluation, dsk: Graph, trees: list) -> str:
         dsk[summary] = (tasks.tree_summary, tree)
     dsk[ev.key("forest")] = (tasks.tree_forest, *summaries)
     return ev.key("forest")
-
-
-def _cube_key(token: str, step: int) -> str:
-    """The key of the re-tiling's cube at ``step``: the Morton curve's and the trees'."""
-    return key(token, "cube", step)
-
-
-def retile(dsk: Graph, plan: Plan, token: str, step: int, tiles: list) -> list[str]:
-    """Add the tasks that re-cut ``tiles`` into spatial tiles along the Morton curve
-    (:mod:`nbody_dask.spatial`); return the keys of the new tiles.
-
-    ``T`` extents, one cube, ``T`` key samples, one splitter task, ``T`` cuts, ``T x B``
-    parts (:meth:`~nbody_dask.plan.Plan.shuffle_blocks`) and ``T`` merges: no task holds
-    more than one block of tiles' bodies.
-    """
-    t = len(tiles)
-    extents = [key(token, "extent", step, i) for i in range(t)]
-    samples = [key(token, "sample", step, i) for i in range(t)]
-    cuts = [key(token, "cut", step, i) for i in range(t)]
-    cube, split = _cube_key(token, step), key(token, "splitters", step)
-    stride = sample_stride(plan.n, t)
-    for i, tile in enumerate(tiles):
-        dsk[extents[i]] = (tile_extent, tile)
-    dsk[cube] = (bounding_cube, *extents)
-    for i, tile in enumerate(tiles):
-        dsk[samples[i]] = (key_sample, tile, cube, stride)
-    dsk[split] = (splitters, t, *samples)
-    for i, tile in enumerate(tiles):
-        dsk[cuts[i]] = (cut_by_splitters, tile, cube, split)
-    return move_bodies(dsk, plan, token, "spatial", step, cuts, merge_parts, [[]] * t)
 
 
 TREE = register(Tree())

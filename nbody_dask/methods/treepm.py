@@ -1,0 +1,162 @@
+"""TreePM: periodic boxes, a particle mesh for the long range and a tree walk for the rest.
+
+Gravity in a periodic cube of side ``L`` (:attr:`~nbody_dask.plan.Plan.box_size`, the mean
+density subtracted) is split with a Gaussian of scale ``r_s`` (:attr:`~nbody_dask.plan.Plan.
+split` mesh cells):
+
+* the **long range** comes from a mesh of :attr:`~nbody_dask.plan.Plan.mesh_size` points a
+  side (:mod:`nbody_dask.kernels.pm`): each tile deposits its mass (TSC) on the region of
+  the mesh it touches, the partial meshes are added by the plan's fixed reduction tree, one
+  task solves Poisson's equation by FFT (``scipy.fft`` on the worker's cores) and each tile
+  interpolates its accelerations back with the same weights;
+* the **short range** comes from a periodic walk of each near tile's tree, with the cutoff
+  (:attr:`~nbody_dask.plan.Plan.cutoff` times ``r_s``; :mod:`nbody_dask.kernels.shortrange`):
+  a task per pair of tiles whose bounding boxes come within the cutoff of each other
+  (minimum images), found each step from the tiles' extents (fetched, a few numbers a tile).
+
+Tiles are spatial, as the tree's (:mod:`nbody_dask.methods.tree`): re-cut along the Morton
+curve at every snapshot step and every ``retile_every`` steps, their trees built there and
+refitted in between. A target's partials are its near tiles' walks in source order, then its
+mesh part; both depend only on the state, so runs are bit-identical on any cluster and after
+a resume. Positions are wrapped into ``[0, L)`` at every drift.
+
+Must the mesh be held by one worker: the FFT is one task, and the mesh, 4 bytes a point in
+float32, travels to every tile's interpolation task.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .. import tasks
+from ..graph import (Evaluation, Graph, close_targets, cube_key, reduce_in_order, retile,
+                     submit)
+from ..plan import Plan, reduction_groups, tree_tile_size
+from ..spatial import periodic_neighbours, tile_extent
+from . import ForceMethod, register
+
+__all__ = ["TreePM", "TREEPM", "ShortTrees"]
+
+
+@dataclass(frozen=True)
+class ShortTrees:
+    """What the steps after a re-tiling need of it: the tiles' short-range trees (later
+    steps keep their cells)."""
+
+    trees: list
+
+    def references(self) -> list:
+        return list(self.trees)
+
+    def rebound(self, references: list) -> ShortTrees:
+        return ShortTrees(list(references))
+
+
+class TreePM(ForceMethod):
+    """TreePM in a periodic box (:mod:`nbody_dask.methods.treepm`)."""
+
+    name = "treepm"
+    parameters = ("box_size", "mesh_size", "split", "cutoff", "theta", "leaf_size")
+
+    def check(self, plan: Plan) -> None:
+        if not plan.periodic:
+            raise ValueError("method='treepm' is for periodic boxes: give box_size")
+        if plan.backend == "cuda":
+            raise ValueError("method='treepm' runs on CPUs; got backend='cuda'")
+        if plan.layout == "rows":
+            raise ValueError("method='treepm' runs the 'pairs' layout, got layout='rows'")
+        reach = plan.split * plan.cutoff
+        if reach >= plan.mesh_size / 2:
+            raise ValueError(f"cutoff * split = {reach:g} mesh cells must be less than half "
+                             f"the mesh (mesh_size={plan.mesh_size}): a larger mesh_size or "
+                             "a smaller cutoff")
+
+    def tile_size(self, n: int, threads: int, workers: int, layout: str, backend: str) -> int:
+        return tree_tile_size(n, threads, workers, layout)
+
+    def settle(self, plan: Plan, threads: int, workers: int, backend: str) -> Plan:
+        return super().settle(plan, threads, workers, "cpu")
+
+    def reorders(self, plan: Plan) -> bool:
+        return plan.n_tiles > 1
+
+    def tasks_per_step(self, plan: Plan) -> int:
+        t = plan.n_tiles
+        if plan.fused:
+            return 1
+        mesh = 2 * t + sum(len(level) for level in plan.groups()) + 1  # deposit, sums, FFT
+        moves = t * len(plan.shuffle_blocks())
+        retile_tasks = math.ceil((4 * t + moves + 2) / max(1, plan.retile_every))
+        near = min(t, 27)  # neighbours of a tile within the cutoff (at most all)
+        combines = t * sum(len(level) for level in reduction_groups(near + 1,
+                                                                    plan.split_every))
+        return 4 * t + 1 + mesh + t * near + combines + retile_tasks
+
+    def describe(self, plan: Plan) -> str:
+        tiles = f"{plan.n_tiles} spatial tiles" if plan.n_tiles > 1 else "one tile"
+        return (f"forces by TreePM in a periodic box of side {plan.box_size}: mesh "
+                f"{plan.mesh_size}^3 (TSC, FFT), split {plan.split} cells, cutoff "
+                f"{plan.cutoff} r_s, short-range tree theta={plan.theta}, {tiles}")
+
+    def evaluate(self, ev: Evaluation, dsk: Graph, tiles: list, state: ShortTrees | None):
+        """A TreePM evaluation at ``ev.step`` (re-tiling first at a re-tiling step or
+        without ``state``), yielding a piece to fetch the near tile pairs."""
+        plan, t = ev.plan, len(tiles)
+        periodic = tasks.Periodic(plan.box_size, plan.mesh_size, plan.split_length,
+                                  plan.cutoff_length, plan.theta,
+                                  1 if t > 1 else ev.threads)
+        if t == 1:  # one tile: its tree, its own walk, the mesh and the kick
+            yield from ()
+            trees = [ev.key("tree", 0)]
+            dsk[trees[0]] = (tasks.short_tree, tiles[0], plan.leaf_size, None)
+            return dsk, _forces(ev, dsk, tiles, trees, [[0]], periodic), None
+        if state is not None and ev.step not in plan.retile_steps():
+            trees = [ev.key("tree", i) for i in range(t)]
+            for i in range(t):
+                dsk[trees[i]] = (tasks.refit_short_tree, state.trees[i], tiles[i])
+        else:
+            tiles = retile(dsk, plan, ev.token, ev.step, tiles)
+            trees = [ev.key("tree", i) for i in range(t)]
+            for tree, tile in zip(trees, tiles, strict=True):
+                dsk[tree] = (tasks.short_tree, tile, plan.leaf_size,
+                             cube_key(ev.token, ev.step))
+        extents = [ev.key("bounds", i) for i in range(t)]
+        for extent, tile in zip(extents, tiles, strict=True):
+            dsk[extent] = (tile_extent, tile)
+        dsk[ev.key("near")] = (periodic_neighbours, plan.box_size, plan.cutoff_length,
+                               *extents)
+        refs, near = yield from submit(dsk, fetch=ev.key("near"), tiles=tiles, trees=trees)
+        tiles, trees, dsk = refs["tiles"], refs["trees"], {}
+        return dsk, _forces(ev, dsk, tiles, trees, near, periodic), ShortTrees(trees)
+
+
+def _forces(ev: Evaluation, dsk: Graph, tiles: list, trees: list, near: list[list[int]],
+            periodic: tasks.Periodic) -> list[str]:
+    """The force tasks: a short-range walk per near tile pair, the mesh (deposits, their
+    fixed-order sum, the FFT, one interpolation per tile), and the closing tasks."""
+    plan, t = ev.plan, len(tiles)
+    deposits = [ev.key("deposit", i) for i in range(t)]
+    for deposit, tile in zip(deposits, tiles, strict=True):
+        dsk[deposit] = (tasks.mesh_deposit, tile, periodic)
+    meshes = reduce_in_order(dsk, deposits, plan.groups(),
+                             lambda level, g: ev.key(f"meshsum{level}", g),
+                             tasks.mesh_sum, plan.mesh_size, plan.dtype)
+    solve = tasks.Periodic(periodic.box, periodic.mesh, periodic.split, periodic.cutoff,
+                           periodic.theta, ev.threads)
+    dsk[ev.key("fft")] = (tasks.mesh_solve, solve, plan.dtype, ev.forces.with_potential,
+                          *meshes)
+    parts = []
+    for i in range(t):
+        parts.append([])
+        for j in near[i]:
+            parts[i].append((ev.key("short", i, j), None))
+            dsk[parts[i][-1][0]] = (tasks.short_pair_forces, trees[i], trees[j], ev.forces,
+                                    periodic)
+        parts[i].append((ev.key("long", i), None))
+        dsk[parts[i][-1][0]] = (tasks.mesh_forces, tiles[i], ev.key("fft"), periodic)
+    return close_targets(ev, dsk, tiles, parts,
+                         lambda count: reduction_groups(count, plan.split_every))
+
+
+TREEPM = register(TreePM())
