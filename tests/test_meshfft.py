@@ -1,0 +1,49 @@
+"""The mesh's distributed FFT (a Dask graph of slabs or pencils) against one scipy.fft call."""
+
+from __future__ import annotations
+
+import dask
+import numpy as np
+import pytest
+import scipy.fft
+
+from nbody_dask import meshfft
+from nbody_dask.kernels import pm
+
+#: Round-off of a 3-D FFT relative to its largest coefficient, by dtype.
+ROUND_OFF = {"float32": 2e-6, "float64": 1e-14}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(("n", "parts", "second"), [
+    (64, 1, 1), (64, 2, 1), (64, 4, 1), (64, 2, 2), (64, 4, 4), (48, 4, 2), (30, 4, 1),
+    pytest.param(128, 4, 4, marks=pytest.mark.slow),
+    pytest.param(256, 2, 1, marks=pytest.mark.slow),
+])  # 512^3 with 1, 2 and 4 chunks an axis: benchmarks/meshfft.py
+def test_the_distributed_fft_equals_scipy_fft(n, parts, second, dtype):
+    mesh = np.random.default_rng(n).random((n, n, n)).astype(dtype)
+    chunked = meshfft.pencils(mesh, parts, second)
+    with dask.config.set(scheduler="threads"):
+        spectrum = meshfft.rfftn(chunked)
+        back = meshfft.irfftn(spectrum, n, chunked.chunks)
+        got, back = dask.compute(spectrum, back)
+    want = scipy.fft.rfftn(mesh)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert np.abs(got - want).max() <= ROUND_OFF[dtype] * np.abs(want).max()
+    assert back.dtype == mesh.dtype and back.shape == mesh.shape
+    assert np.abs(back - mesh).max() <= 10 * ROUND_OFF[dtype]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(("parts", "second"), [(1, 1), (3, 1), (2, 2)])
+def test_the_distributed_long_range_force_equals_the_one_task_solve(parts, second, dtype):
+    n = 32
+    rng = np.random.default_rng(3)
+    x, m = rng.random((3, 3000)).astype(dtype), np.full(3000, 1 / 3000, dtype=dtype)
+    mesh = pm.mesh_sum(n, dtype, pm.deposit(x, m, 1.0, n, "tsc"))
+    one = pm.long_range(mesh, 1.0, 2.5 / n, True, "tsc").fields
+    with dask.config.set(scheduler="threads"):
+        fields = np.stack(dask.compute(*meshfft.long_range(
+            meshfft.pencils(mesh, parts, second), 1.0, 2.5 / n, True, "tsc")))
+    assert fields.dtype == one.dtype
+    assert np.abs(fields - one).max() <= 10 * ROUND_OFF[dtype] * np.abs(one).max()
