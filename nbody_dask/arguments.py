@@ -49,6 +49,7 @@ class RunArguments:
     force_error_sample: int | None = None
     box_size: Any = None
     mesh_size: int | None = None
+    mesh_slabs: int | None = None
     split: float | None = None
     cutoff: float | None = None
 
@@ -74,7 +75,8 @@ class RunArguments:
                 symmetric=bool(config.get("symmetric")), layout=self.layout, method=method,
                 theta=self.theta, leaf_size=self.leaf_size,
                 force_error_sample=self.force_error_sample or 0,
-                box_size=box_size, mesh_size=self.mesh_size, split=self.split,
+                box_size=box_size, mesh_size=self.mesh_size, mesh_slabs=self.mesh_slabs,
+                split=self.split,
                 cutoff=self.cutoff,
             )
         except ValueError as exc:

@@ -77,6 +77,9 @@ def main() -> None:
                    "subtracted) [default: nbody.box-size, none: an isolated system].")
 @click.option("--mesh-size", type=int, default=None,
               help="TreePM's mesh points per side [default: 2 cbrt(N), at least 32].")
+@click.option("--mesh-slabs", type=int, default=None,
+              help="TreePM's mesh slabs: 1 FFT task, or more for a distributed FFT "
+                   "[default: one task up to 256 MiB of mesh].")
 @click.option("--split", type=float, default=None,
               help="TreePM's force split scale in mesh cells [default: nbody.split, 2.5].")
 @click.option("--cutoff", type=float, default=None,
@@ -93,8 +96,8 @@ def main() -> None:
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, tile_size,
         split_every, backend, layout, method, theta, leaf_size, force_error_sample, box_size,
-        mesh_size, split, cutoff, G, store, storage_options, overwrite, max_energy_error,
-        cluster_kind, scheduler, scheduler_file, progress) -> None:
+        mesh_size, mesh_slabs, split, cutoff, G, store, storage_options, overwrite,
+        max_energy_error, cluster_kind, scheduler, scheduler_file, progress) -> None:
     """Run a simulation and write its trajectory to a Zarr store."""
     from .location import store_location
 
@@ -108,7 +111,8 @@ def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, 
                              split_every=split_every, backend=backend, layout=layout,
                              method=method, theta=theta, leaf_size=leaf_size,
                              force_error_sample=force_error_sample, G=G,
-                             box_size=box_size, mesh_size=mesh_size, split=split,
+                             box_size=box_size, mesh_size=mesh_size,
+                             mesh_slabs=mesh_slabs, split=split,
                              cutoff=cutoff, overwrite=overwrite, progress=progress,
                              max_energy_error=max_energy_error,
                              storage_options=storage_options)

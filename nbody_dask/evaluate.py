@@ -67,6 +67,7 @@ def accelerations(
     leaf_size: int | None = None,
     box_size: float | None = None,
     mesh_size: int | None = None,
+    mesh_slabs: int | None = None,
     split: float | None = None,
     cutoff: float | None = None,
     client: Client | None = None,
@@ -83,7 +84,8 @@ def accelerations(
     args = RunArguments(steps=0, dt=1.0, softening=softening, G=G, dtype=dtype,
                         tile_size=tile_size, backend=backend, layout=layout, method=method,
                         theta=theta, leaf_size=leaf_size, box_size=box_size,
-                        mesh_size=mesh_size, split=split, cutoff=cutoff)
+                        mesh_size=mesh_size, mesh_slabs=mesh_slabs, split=split,
+                        cutoff=cutoff)
     tiles = evaluate_once(bodies, args, client, with_potential=False)
     return np.concatenate([t.acceleration for t in tiles], axis=1).T.copy()
 
@@ -102,6 +104,7 @@ def potential_energy(
     leaf_size: int | None = None,
     box_size: float | None = None,
     mesh_size: int | None = None,
+    mesh_slabs: int | None = None,
     split: float | None = None,
     cutoff: float | None = None,
     client: Client | None = None,
@@ -116,7 +119,8 @@ def potential_energy(
     args = RunArguments(steps=0, dt=1.0, softening=softening, G=G, dtype=dtype,
                         tile_size=tile_size, backend=backend, layout=layout, method=method,
                         theta=theta, leaf_size=leaf_size, box_size=box_size,
-                        mesh_size=mesh_size, split=split, cutoff=cutoff)
+                        mesh_size=mesh_size, mesh_slabs=mesh_slabs, split=split,
+                        cutoff=cutoff)
     vector = evaluate_once(bodies, args, client, with_potential=True)
     return float(vector[1])
 
@@ -125,8 +129,9 @@ def force_accuracy(bodies: Any, softening: float = 0.0, *, G: float = 1.0,
                    method: str | None = None, theta: float | None = None,
                    leaf_size: int | None = None, dtype: str | None = None,
                    tile_size: int | None = None, box_size: float | None = None,
-                   mesh_size: int | None = None, split: float | None = None,
-                   cutoff: float | None = None, sample: int = 1000, seed: int = 0,
+                   mesh_size: int | None = None, mesh_slabs: int | None = None,
+                   split: float | None = None, cutoff: float | None = None,
+                   sample: int = 1000, seed: int = 0,
                    client: Client | None = None) -> ForceErrors:
     """How accurate a force method is on a body set: one force evaluation on the cluster
     (:func:`nbody_dask.accelerations` with these parameters), measured against a float64
@@ -140,8 +145,8 @@ def force_accuracy(bodies: Any, softening: float = 0.0, *, G: float = 1.0,
     """
     acc = accelerations(bodies, softening, G=G, method=method, theta=theta,
                         leaf_size=leaf_size, dtype=dtype, tile_size=tile_size,
-                        box_size=box_size, mesh_size=mesh_size, split=split, cutoff=cutoff,
-                        client=client)
+                        box_size=box_size, mesh_size=mesh_size, mesh_slabs=mesh_slabs,
+                        split=split, cutoff=cutoff, client=client)
     box = config.get("box-size", box_size)
     if box is not None:  # the positions as the run saw them, inside the box
         bodies = wrap_positions(as_bodies(bodies), box)

@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = ["LAYOUTS", "BACKENDS", "DTYPES", "check_layout", "check_backend", "check_method",
            "resolve_method", "TREE_CROSSOVER", "PERIODIC_CROSSOVER", "Plan", "Part",
-           "fast_mesh_size", "auto_mesh_size", "SMALLEST_AUTO_MESH", "tree_tile_size",
+           "fast_mesh_size", "auto_mesh_size", "SMALLEST_AUTO_MESH", "auto_mesh_slabs",
+           "MESH_SLAB_BYTES", "tree_tile_size",
            "TREE_ONE_TILE_MAX",
            "tile_bounds", "auto_tile_size", "direct_tile_size", "reduction_groups",
            "submission_ends"]
@@ -111,6 +112,18 @@ def auto_mesh_size(n: int) -> int:
     force is 4x more accurate (docs/user-guide.md, "Periodic boxes")."""
     grid = math.ceil(round(max(n, 0) ** (1 / 3), 9))
     return fast_mesh_size(max(2 * grid, SMALLEST_AUTO_MESH))
+
+
+#: The most bytes of mesh one FFT task holds by default: larger meshes are cut into slabs of
+#: about this size and transformed by a Dask graph (:mod:`nbody_dask.meshfft`).
+MESH_SLAB_BYTES = 256 * 2**20
+
+
+def auto_mesh_slabs(mesh_size: int, dtype: str) -> int:
+    """Slabs of TreePM's mesh: 1 (one FFT task) up to :data:`MESH_SLAB_BYTES` of mesh,
+    else enough slabs of at most that size (at most one plane each)."""
+    points = mesh_size**3 * (4 if dtype == "float32" else 8)
+    return min(mesh_size, max(1, math.ceil(points / MESH_SLAB_BYTES)))
 
 
 def fast_mesh_size(n: int) -> int:
@@ -257,7 +270,8 @@ def submission_ends(snapshot_steps: list[int], max_steps: int) -> Iterator[int]:
 
 #: Plan fields that default to the configuration's ``nbody.<field-with-dashes>``.
 _CONFIGURED = ("dtype", "tile_size", "split_every", "layout", "theta", "leaf_size",
-               "retile_every", "near_far_tiles", "mesh_size", "split", "cutoff")
+               "retile_every", "near_far_tiles", "mesh_size", "mesh_slabs", "split",
+               "cutoff")
 
 
 @dataclass(frozen=True)
@@ -313,6 +327,11 @@ class Plan:
     mesh_size : int or None
         TreePM's mesh points per side; None in a periodic box chooses
         :func:`auto_mesh_size`.
+    mesh_slabs : int or None
+        TreePM's mesh slabs: 1 solves the mesh in one task with ``scipy.fft``, more cut it
+        into slabs transformed by a Dask graph (:mod:`nbody_dask.meshfft`); None in a
+        periodic box chooses :func:`auto_mesh_slabs`. Part of the arithmetic: results are
+        bit-identical for a given value, equal to round-off across values.
     split : float
         TreePM's force split scale ``r_s`` in mesh cells.
     cutoff : float
@@ -339,6 +358,7 @@ class Plan:
     near_far_tiles: int | None = None
     box_size: float | None = None
     mesh_size: int | None = None
+    mesh_slabs: int | None = None
     split: float | None = None
     cutoff: float | None = None
 
@@ -376,9 +396,10 @@ class Plan:
         for name, minimum in (("n", 0), ("steps", 0), ("split_every", 2), ("leaf_size", 1),
                               ("retile_every", 1), ("force_error_sample", 0),
                               ("near_far_tiles", 1), ("snapshot_every", 1), ("tile_size", 1),
-                              ("mesh_size", 2)):
+                              ("mesh_size", 2), ("mesh_slabs", 1)):
             value = getattr(self, name)
-            if value is None and name in ("snapshot_every", "tile_size", "mesh_size"):
+            if value is None and name in ("snapshot_every", "tile_size", "mesh_size",
+                                          "mesh_slabs"):
                 continue  # not set: snapshots at the ends only; the cluster decides the
                 # tiles; no mesh outside a periodic box
             value = check_int(name, value, minimum)
@@ -391,6 +412,12 @@ class Plan:
                                   nonnegative=not positive))
         if self.theta > 1:
             raise ValueError(f"theta must be in (0, 1], got {self.theta!r}")
+        if self.box_size is not None and self.mesh_slabs is None:
+            keep("mesh_slabs", auto_mesh_slabs(self.mesh_size, self.dtype))
+        if self.mesh_slabs is not None and self.mesh_size is not None \
+                and self.mesh_slabs > self.mesh_size:
+            raise ValueError(f"mesh_slabs must be <= mesh_size ({self.mesh_size}), got "
+                             f"{self.mesh_slabs!r}")
 
     @property
     def periodic(self) -> bool:
@@ -406,6 +433,12 @@ class Plan:
     def cutoff_length(self) -> float:
         """TreePM's short-range cutoff in length units (:attr:`cutoff` times ``r_s``)."""
         return self.cutoff * self.split_length
+
+    def mesh_slab_bounds(self) -> list[tuple[int, int]]:
+        """TreePM's mesh slabs: half-open ranges of planes along the first axis, as even as
+        they go."""
+        n, slabs = self._mesh(), self.mesh_slabs or 1
+        return [(n * j // slabs, n * (j + 1) // slabs) for j in range(slabs)]
 
     def _box(self) -> float:
         if self.box_size is None:

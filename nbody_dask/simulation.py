@@ -54,6 +54,7 @@ def simulate(
     force_error_sample: int | None = None,
     box_size: float | None = None,
     mesh_size: int | None = None,
+    mesh_slabs: int | None = None,
     split: float | None = None,
     cutoff: float | None = None,
     client: Client | None = None,
@@ -146,6 +147,11 @@ def simulate(
     mesh_size : int, optional
         TreePM's mesh points per side (``nbody.mesh-size``); by default twice the particle
         grid, ``2 cbrt(N)`` (at least 32), rounded up to a fast FFT size.
+    mesh_slabs : int, optional
+        TreePM's mesh slabs (``nbody.mesh-slabs``): 1 solves the mesh in one task with
+        ``scipy.fft`` on a worker's cores; more cut it into slabs whose FFT is a Dask graph
+        across the workers (:mod:`nbody_dask.meshfft`), for meshes no worker holds. By
+        default one task up to 256 MiB of mesh (512^3 float32 points), slabs beyond.
     split : float, optional
         TreePM's force split scale ``r_s`` in mesh cells (``nbody.split``, 2.5).
     cutoff : float, optional
@@ -220,7 +226,8 @@ def simulate(
                         snapshot_every=snapshot_every, dtype=dtype, tile_size=tile_size,
                         split_every=split_every, backend=backend, layout=layout, method=method,
                         theta=theta, leaf_size=leaf_size, force_error_sample=force_error_sample,
-                        box_size=box_size, mesh_size=mesh_size, split=split, cutoff=cutoff)
+                        box_size=box_size, mesh_size=mesh_size, mesh_slabs=mesh_slabs,
+                        split=split, cutoff=cutoff)
     if resume:
         plan, path, done = resume_point(bodies, store, storage_options, overwrite, args)
         ds, t0 = None, 0.0

@@ -24,6 +24,7 @@ from .kernels import cpu, ewald, pm, rows, shortrange
 from .kernels import tree as trees
 from .location import StoreLocation
 from .plan import reduction_groups
+from .spatial import periodic_neighbours
 from .storage import write_tile
 
 __all__ = ["Forces", "Closing", "Walk", "PairForces", "pair_forces", "symmetric_pair_forces",
@@ -33,7 +34,8 @@ __all__ = ["Forces", "Closing", "Walk", "PairForces", "pair_forces", "symmetric_
            "close", "close_row", "close_tree_row", "write_and_measure", "merge_picked",
            "append", "Periodic", "ShortTree", "ewald_pair_forces", "ewald_factors",
            "ewald_long_forces", "short_tree", "refit_short_tree", "short_pair_forces",
-           "mesh_deposit", "mesh_sum", "mesh_solve", "mesh_forces"]
+           "mesh_deposit", "mesh_sum", "mesh_solve", "mesh_forces", "periodic_layout",
+           "mesh_slab", "mesh_mass", "mesh_forces_from_slabs"]
 
 
 @dataclass(frozen=True)
@@ -299,6 +301,42 @@ def mesh_forces(tile: Tile, solved: pm.LongRange, periodic: Periodic) -> np.ndar
     """Long-range partial forces on ``tile``, interpolated from the solved mesh."""
     return pm.interpolate(tile.position, tile.mass, solved, periodic.box, periodic.split,
                           "tsc")
+
+
+def periodic_layout(periodic: Periodic, *extents: np.ndarray
+                    ) -> tuple[list[list[int]], list[tuple[int, int]]]:
+    """From the tiles' extents (:func:`~nbody_dask.spatial.tile_extent`): each tile's near
+    tiles (within the cutoff) and the mesh planes along the first axis that its weights
+    touch, ``(first, count)``."""
+    near = periodic_neighbours(periodic.box, periodic.cutoff, *extents)
+    inv_h = periodic.mesh / periodic.box
+    spans = [pm.cell_span(np.asarray(extent)[:, 0], inv_h, periodic.mesh, pm.POINTS["tsc"])
+             for extent in extents]
+    return near, spans
+
+
+def mesh_slab(mesh: int, dtype: str, lo: int, hi: int, *parts: pm.Region | np.ndarray
+              ) -> np.ndarray:
+    """Planes ``lo .. hi - 1`` of the partial meshes added in order (:func:`~nbody_dask.
+    kernels.pm.slab_sum`)."""
+    return pm.slab_sum(mesh, dtype, lo, hi, *parts)
+
+
+def mesh_mass(*slabs: np.ndarray) -> float:
+    """The mesh's total mass, its slabs' sums added in order (float64)."""
+    return float(sum(slab.sum(dtype=np.float64) for slab in slabs))
+
+
+def mesh_forces_from_slabs(tile: Tile, periodic: Periodic, total_mass: float, first: int,
+                           rows: int, *chunks: np.ndarray) -> np.ndarray:
+    """Long-range partial forces on ``tile`` from the solved fields' slabs that its weights
+    touch: ``chunks`` are, field by field (``rows`` of them), those slabs in the order of
+    the planes from plane ``first`` on (modulo the mesh)."""
+    per_field = len(chunks) // rows
+    planes = np.stack([np.concatenate(chunks[r * per_field:(r + 1) * per_field], axis=0)
+                       for r in range(rows)])
+    return pm.interpolate_planes(tile.position, tile.mass, planes, first, total_mass,
+                                 periodic.box, periodic.split, "tsc")
 
 
 # -- reductions and the closing kick -----------------------------------------------------------

@@ -19,7 +19,7 @@ from nbody_dask.kernels import ewald, octree, pm
 from nbody_dask.kernels.ewald import ewald_forces
 from nbody_dask.kernels.law import FAST_SPLIT_ERROR, fast_short_range, short_range_constants
 from nbody_dask.kernels.shortrange import short_walk
-from nbody_dask.plan import Plan, auto_mesh_size, resolve_method
+from nbody_dask.plan import Plan, auto_mesh_size, auto_mesh_slabs, resolve_method
 
 #: The potential of a lone unit mass in a periodic unit cube with the mean density
 #: subtracted (G = 1): minus the simple cubic lattice's Wigner-Madelung constant.
@@ -340,25 +340,48 @@ def test_store_records_the_box_and_resumes_bit_identically(client, tmp_path):
     assert xr.open_zarr(store).attrs["box_size"] == 1.0
 
 
-def _final(n_workers, threads, processes, tmp_path, name, dtype):
+def _final(n_workers, threads, processes, tmp_path, name, dtype, mesh_slabs):
     where = {"host": "127.0.0.1"} if processes else {}
     with LocalCluster(n_workers=n_workers, threads_per_worker=threads, processes=processes,
                       dashboard_address="127.0.0.1:0", **where) as cluster, \
             Client(cluster) as c:
         traj = _run(c, nbody_dask.plummer_clumps(1500, seed=2), store=tmp_path / name,
-                    dtype=dtype, split_every=3)
+                    dtype=dtype, split_every=3, mesh_slabs=mesh_slabs)
         return traj.isel(time=-1).load()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_treepm_bit_identical_across_workers_and_threads(tmp_path, dtype):
-    """3 spatial tiles re-cut 4 times: one worker with 1 or 2 threads, two processes."""
-    runs = [_final(w, t, p, tmp_path, f"{w}-{t}-{p}.zarr", dtype)
+@pytest.mark.parametrize(("dtype", "mesh_slabs"), [("float64", 1), ("float32", 3)])
+def test_treepm_bit_identical_across_workers_and_threads(tmp_path, dtype, mesh_slabs):
+    """3 spatial tiles re-cut 4 times, the mesh in one FFT task or in 3 slabs: one worker
+    with 1 or 2 threads, two processes."""
+    runs = [_final(w, t, p, tmp_path, f"{w}-{t}-{p}.zarr", dtype, mesh_slabs)
             for w, t, p in ((1, 1, False), (1, 2, False), (2, 1, True))]
     for other in runs[1:]:
         for name in ("position", "velocity", "total_energy", "momentum"):
             np.testing.assert_array_equal(runs[0][name].values, other[name].values)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_mesh_in_slabs_gives_the_forces_of_one_fft_task(client, dtype):
+    """The distributed FFT (meshfft) in the run: the same forces to round-off."""
+    ds = nbody_dask.plummer_clumps(3000, seed=6)
+    one = nbody_dask.accelerations(ds, box_size=1.0, method="treepm", tile_size=750,
+                                   dtype=dtype, client=client)
+    for slabs in (2, 5):
+        slabbed = nbody_dask.accelerations(ds, box_size=1.0, method="treepm", tile_size=750,
+                                           dtype=dtype, mesh_slabs=slabs, client=client)
+        scale = np.linalg.norm(one, axis=1)
+        assert (np.linalg.norm(slabbed - one, axis=1) <= 1e-5 * scale
+                if dtype == "float32" else 1e-12 * scale).all()
+
+
+def test_large_meshes_are_cut_into_slabs():
+    assert auto_mesh_slabs(512, "float32") == 2 and auto_mesh_slabs(406, "float32") == 1
+    assert auto_mesh_slabs(1024, "float64") == 32 and auto_mesh_slabs(64, "float64") == 1
+    plan = Plan(n=10, steps=1, dt=0.1, method="treepm", box_size=1.0, mesh_size=32,
+                mesh_slabs=5)
+    assert plan.mesh_slab_bounds() == [(0, 6), (6, 12), (12, 19), (19, 25), (25, 32)]
 
 
 # -- parameters --------------------------------------------------------------------------------
@@ -383,6 +406,9 @@ def test_the_mesh_is_twice_the_particle_grid_by_default():
     (dict(box_size=-1.0), "box_size must be > 0, got -1.0"),
     (dict(box_size=float("inf")), "box_size must be finite"),
     (dict(method="treepm", box_size=1.0, mesh_size=1), "mesh_size must be >= 2, got 1"),
+    (dict(method="treepm", box_size=1.0, mesh_size=32, mesh_slabs=33),
+     r"mesh_slabs must be <= mesh_size \(32\), got 33"),
+    (dict(method="treepm", box_size=1.0, mesh_slabs=0), "mesh_slabs must be >= 1, got 0"),
     (dict(method="treepm", box_size=1.0, mesh_size=20),
      r"cutoff \* split = 12.5 mesh cells must be less than half the mesh \(mesh_size=20\)"),
     (dict(method="treepm", box_size=1.0, split=0.0), "split must be > 0, got 0.0"),

@@ -35,7 +35,7 @@ import scipy.fft
 from numba import njit
 
 __all__ = ["Region", "LongRange", "POINTS", "cell_span", "deposit", "mesh_sum", "long_range",
-           "interpolate", "potential_offset"]
+           "interpolate", "interpolate_planes", "potential_offset", "slab_sum", "overlaps"]
 
 
 @dataclass(frozen=True)
@@ -190,16 +190,18 @@ def long_range(mesh: np.ndarray, box: float, split: float, with_potential: bool,
 
 
 @njit(cache=True)
-def _interpolate(x, y, z, fields, inv_h, points, out):
-    """Interpolation of ``fields`` (rows, n, n, n) at the bodies into ``out`` with the
-    weights of :func:`_deposit`."""
-    n = fields.shape[1]
+def _interpolate(x, y, z, fields, n, first, inv_h, points, out):
+    """Interpolation of ``fields`` (rows, k, n, n: the mesh planes ``first .. first + k - 1``
+    along the first axis, modulo ``n``) at the bodies into ``out`` with the weights of
+    :func:`_deposit`."""
     index = np.empty(3 * points, dtype=np.int64)
     weight = np.empty(3 * points)
     for i in range(x.shape[0]):
         for a in range(3):
             v = float(x[i]) if a == 0 else (float(y[i]) if a == 1 else float(z[i]))
             _weights(v * inv_h, points, index, weight, a * points)
+        for s in range(points):
+            index[s] = (index[s] - first) % n
         for r in range(out.shape[0]):
             total = 0.0
             for s in range(points):
@@ -207,7 +209,7 @@ def _interpolate(x, y, z, fields, inv_h, points, out):
                     w = weight[s] * weight[points + t]
                     for u in range(points):
                         total += w * weight[2 * points + u] * float(
-                            fields[r, index[s] % n, index[points + t] % n,
+                            fields[r, index[s], index[points + t] % n,
                                    index[2 * points + u] % n])
             out[r, i] = total
 
@@ -224,12 +226,50 @@ def potential_offset(mass: np.ndarray, total_mass: float, box: float, split: flo
 def interpolate(position: np.ndarray, mass: np.ndarray, solved: LongRange, box: float,
                 split: float, assignment: str = "cic") -> np.ndarray:
     """Long-range accelerations (and potentials, when ``solved`` has them) of bodies at
-    ``position``, interpolated with ``assignment`` weights: shape (3 or 4, n), in the positions'
-    dtype. The potential includes :func:`potential_offset`."""
-    fields = solved.fields
-    out = np.empty((fields.shape[0], position.shape[1]))
-    _interpolate(position[0], position[1], position[2], fields, fields.shape[1] / box,
+    ``position``, interpolated with ``assignment`` weights: shape (3 or 4, n), in the
+    positions' dtype. The potential includes :func:`potential_offset`."""
+    return interpolate_planes(position, mass, solved.fields, 0, solved.total_mass, box, split,
+                              assignment)
+
+
+def interpolate_planes(position: np.ndarray, mass: np.ndarray, planes: np.ndarray,
+                       first: int, total_mass: float, box: float, split: float,
+                       assignment: str = "cic") -> np.ndarray:
+    """:func:`interpolate` from some of the mesh's planes: ``planes`` (3 or 4, k, n, n) are
+    planes ``first .. first + k - 1`` (modulo ``n``) of the solved fields along the first
+    axis, holding every point the bodies' weights touch (:func:`cell_span`)."""
+    n = planes.shape[2]
+    out = np.empty((planes.shape[0], position.shape[1]))
+    _interpolate(position[0], position[1], position[2], planes, n, first, n / box,
                  POINTS[assignment], out)
-    if fields.shape[0] == 4:
-        out[3] += potential_offset(mass, solved.total_mass, box, split)
+    if planes.shape[0] == 4:
+        out[3] += potential_offset(mass, total_mass, box, split)
     return out.astype(position.dtype)
+
+
+def slab_sum(n: int, dtype: str, lo: int, hi: int, *parts: Region | np.ndarray) -> np.ndarray:
+    """Planes ``lo .. hi - 1`` of the sum of partial meshes, in the order given: a
+    :class:`Region` adds the planes it has there (modulo ``n``), an array (a slab of the same
+    planes, from an earlier sum) adds whole."""
+    total = np.zeros((hi - lo, n, n), dtype=dtype)
+    for part in parts:
+        if not isinstance(part, Region):
+            total += part
+            continue
+        size = part.values.shape
+        rows = (part.start[0] + np.arange(size[0])) % n
+        inside = (rows >= lo) & (rows < hi)
+        if not inside.any():
+            continue
+        index = np.ix_(rows[inside] - lo,
+                       *[(start + np.arange(count)) % n
+                         for start, count in zip(part.start[1:], size[1:], strict=True)])
+        total[index] += part.values[inside]
+    return total
+
+
+def overlaps(span: tuple[int, int], lo: int, hi: int, n: int) -> bool:
+    """Whether the planes ``span = (first, count)`` (modulo ``n``) meet planes ``lo..hi-1``."""
+    first, count = span
+    rows = (first + np.arange(count)) % n
+    return bool(((rows >= lo) & (rows < hi)).any())

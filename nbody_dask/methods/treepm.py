@@ -29,11 +29,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .. import tasks
+import dask.array as da
+
+from .. import meshfft, tasks
 from ..graph import (Evaluation, Graph, close_targets, cube_key, reduce_in_order, retile,
                      submit)
 from ..plan import Plan, reduction_groups, tree_tile_size
-from ..spatial import periodic_neighbours, tile_extent
+from ..kernels.pm import overlaps
+from ..spatial import tile_extent
 from . import ForceMethod, register
 
 __all__ = ["TreePM", "TREEPM", "ShortTrees"]
@@ -57,7 +60,8 @@ class TreePM(ForceMethod):
     """TreePM in a periodic box (:mod:`nbody_dask.methods.treepm`)."""
 
     name = "treepm"
-    parameters = ("box_size", "mesh_size", "split", "cutoff", "theta", "leaf_size")
+    parameters = ("box_size", "mesh_size", "mesh_slabs", "split", "cutoff", "theta",
+                  "leaf_size")
 
     def check(self, plan: Plan) -> None:
         if not plan.periodic:
@@ -124,28 +128,28 @@ class TreePM(ForceMethod):
         extents = [ev.key("bounds", i) for i in range(t)]
         for extent, tile in zip(extents, tiles, strict=True):
             dsk[extent] = (tile_extent, tile)
-        dsk[ev.key("near")] = (periodic_neighbours, plan.box_size, plan.cutoff_length,
-                               *extents)
-        refs, near = yield from submit(dsk, fetch=ev.key("near"), tiles=tiles, trees=trees)
+        dsk[ev.key("layout")] = (tasks.periodic_layout, periodic, *extents)
+        refs, (near, spans) = yield from submit(dsk, fetch=ev.key("layout"), tiles=tiles,
+                                                trees=trees)
         tiles, trees, dsk = refs["tiles"], refs["trees"], {}
-        return dsk, _forces(ev, dsk, tiles, trees, near, periodic), ShortTrees(trees)
+        closed = _forces(ev, dsk, tiles, trees, near, periodic, spans)
+        return dsk, closed, ShortTrees(trees)
 
 
 def _forces(ev: Evaluation, dsk: Graph, tiles: list, trees: list, near: list[list[int]],
-            periodic: tasks.Periodic) -> list[str]:
+            periodic: tasks.Periodic, spans: list[tuple[int, int]] | None = None
+            ) -> list[str]:
     """The force tasks: a short-range walk per near tile pair, the mesh (deposits, their
-    fixed-order sum, the FFT, one interpolation per tile), and the closing tasks."""
+    fixed-order sum, the FFT, one interpolation per tile), and the closing tasks. With
+    several mesh slabs, ``spans`` are the planes each tile's weights touch."""
     plan, t = ev.plan, len(tiles)
     deposits = [ev.key("deposit", i) for i in range(t)]
     for deposit, tile in zip(deposits, tiles, strict=True):
         dsk[deposit] = (tasks.mesh_deposit, tile, periodic)
-    meshes = reduce_in_order(dsk, deposits, plan.groups(),
-                             lambda level, g: ev.key(f"meshsum{level}", g),
-                             tasks.mesh_sum, plan.mesh_size, plan.dtype)
-    solve = tasks.Periodic(periodic.box, periodic.mesh, periodic.split, periodic.cutoff,
-                           periodic.theta, ev.threads)
-    dsk[ev.key("fft")] = (tasks.mesh_solve, solve, plan.dtype, ev.forces.with_potential,
-                          *meshes)
+    if plan.mesh_slabs > 1 and spans is not None:
+        long = _slab_mesh(ev, dsk, tiles, deposits, spans, periodic)
+    else:
+        long = _one_task_mesh(ev, dsk, tiles, deposits, periodic)
     parts = []
     for i in range(t):
         parts.append([])
@@ -153,10 +157,74 @@ def _forces(ev: Evaluation, dsk: Graph, tiles: list, trees: list, near: list[lis
             parts[i].append((ev.key("short", i, j), None))
             dsk[parts[i][-1][0]] = (tasks.short_pair_forces, trees[i], trees[j], ev.forces,
                                     periodic)
-        parts[i].append((ev.key("long", i), None))
-        dsk[parts[i][-1][0]] = (tasks.mesh_forces, tiles[i], ev.key("fft"), periodic)
+        parts[i].append((long[i], None))
     return close_targets(ev, dsk, tiles, parts,
                          lambda count: reduction_groups(count, plan.split_every))
+
+
+def _one_task_mesh(ev: Evaluation, dsk: Graph, tiles: list, deposits: list[str],
+                   periodic: tasks.Periodic) -> list[str]:
+    """The mesh in one piece: the deposits added by the plan's reduction tree, one FFT
+    task on the worker's threads, an interpolation per tile; the interpolations' keys."""
+    plan = ev.plan
+    meshes = reduce_in_order(dsk, deposits, plan.groups(),
+                             lambda level, g: ev.key(f"meshsum{level}", g),
+                             tasks.mesh_sum, plan.mesh_size, plan.dtype)
+    solve = tasks.Periodic(periodic.box, periodic.mesh, periodic.split, periodic.cutoff,
+                           periodic.theta, ev.threads)
+    dsk[ev.key("fft")] = (tasks.mesh_solve, solve, plan.dtype, ev.forces.with_potential,
+                          *meshes)
+    out = [ev.key("long", i) for i in range(len(tiles))]
+    for name, tile in zip(out, tiles, strict=True):
+        dsk[name] = (tasks.mesh_forces, tile, ev.key("fft"), periodic)
+    return out
+
+
+def _slab_mesh(ev: Evaluation, dsk: Graph, tiles: list, deposits: list[str],
+               spans: list[tuple[int, int]], periodic: tasks.Periodic) -> list[str]:
+    """The mesh in slabs (:attr:`~nbody_dask.plan.Plan.mesh_slabs`): per slab, the deposits
+    that reach it added in tile order by the plan's reduction tree; the FFT and the solve
+    as a Dask graph of slabs (:mod:`nbody_dask.meshfft`); per tile, an interpolation from
+    the slabs its weights touch. No task holds more than a slab or a tile's region."""
+    plan = ev.plan
+    n = plan.mesh_size
+    bounds = plan.mesh_slab_bounds()
+    name = ev.key("meshslab")
+    layer = {}
+    for j, (lo, hi) in enumerate(bounds):
+        mine = [deposits[i] for i in range(len(tiles)) if overlaps(spans[i], lo, hi, n)]
+        last = reduce_in_order(dsk, mine, reduction_groups(len(mine), plan.split_every),
+                               lambda level, g, j=j: ev.key(f"slabsum{level}", j, g),
+                               tasks.mesh_slab, n, plan.dtype, lo, hi)
+        layer[(name, j, 0, 0)] = (tasks.mesh_slab, n, plan.dtype, lo, hi, *last)
+    mesh = da.Array(layer, name, chunks=(tuple(hi - lo for lo, hi in bounds), (n,), (n,)),
+                    dtype=plan.dtype)
+    fields = meshfft.long_range(mesh, periodic.box, periodic.split,
+                                ev.forces.with_potential, "tsc")
+    for field in fields:
+        dsk.update(dict(field.__dask_graph__()))
+    dsk[ev.key("meshmass")] = (tasks.mesh_mass, *layer)
+    out = []
+    for i, tile in enumerate(tiles):
+        first, count = spans[i]
+        touched = _slabs_in_plane_order(bounds, first, count, n)
+        chunks = [(field.name, j, 0, 0) for field in fields for j in touched]
+        out.append(ev.key("long", i))
+        dsk[out[-1]] = (tasks.mesh_forces_from_slabs, tile, periodic, ev.key("meshmass"),
+                        bounds[touched[0]][0], len(fields), *chunks)
+    return out
+
+
+def _slabs_in_plane_order(bounds: list[tuple[int, int]], first: int, count: int,
+                          n: int) -> list[int]:
+    """The slabs holding planes ``first .. first + count - 1`` (modulo ``n``), from the
+    one holding plane ``first`` on, around the mesh; all slabs, from the first, when the
+    planes are the whole mesh."""
+    if count >= n:
+        return list(range(len(bounds)))
+    start = next(j for j, (lo, hi) in enumerate(bounds) if lo <= first % n < hi)
+    order = [(start + k) % len(bounds) for k in range(len(bounds))]
+    return [j for j in order if overlaps((first, count), *bounds[j], n)]
 
 
 TREEPM = register(TreePM())
