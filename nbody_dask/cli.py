@@ -8,6 +8,7 @@ Errors from bad options or input are one line on stderr and a non-zero exit code
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import sys
 from pathlib import Path
@@ -63,7 +64,7 @@ def main() -> None:
 @click.option("--method", type=click.Choice(["auto", "direct", "tree", "treepm"]), default=None,
               help="Forces: direct (exact; Ewald sums with --box-size), tree (O(N log N), "
                    "error set by --theta), treepm (periodic boxes: mesh and tree) or auto "
-                   "(direct below 8,192 bodies, 2,048 in a box) [default: nbody.method, auto].")
+                   "(direct below 8,192 bodies, 512 in a box) [default: nbody.method, auto].")
 @click.option("--theta", type=float, default=None,
               help="The tree's opening angle in (0, 1]: smaller is more accurate and slower "
                    "[default: nbody.theta, 0.4].")
@@ -199,8 +200,8 @@ def info(store: str, storage_options: dict | None, verify: bool) -> None:
               help="Bodies of initial conditions KIND (plummer, disk, merger, ...).")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Random seed of initial conditions KIND.")
-@click.option("--method", type=click.Choice(["auto", "direct", "tree"]), default=None,
-              help="Force method [default: STORE's, else nbody.method].")
+@click.option("--method", type=click.Choice(["auto", "direct", "tree", "treepm"]),
+              default=None, help="Force method [default: STORE's, else nbody.method].")
 @click.option("--theta", type=float, default=None,
               help="The tree's opening angle [default: STORE's, else nbody.theta].")
 @click.option("--leaf-size", type=int, default=None,
@@ -209,10 +210,13 @@ def info(store: str, storage_options: dict | None, verify: bool) -> None:
               help="Plummer softening [default: STORE's, else 0].")
 @click.option("--dtype", type=click.Choice(["float32", "float64"]), default=None,
               help="Precision of the forces [default: STORE's, else nbody.dtype].")
+@click.option("--box-size", type=float, default=None, metavar="L",
+              help="Side of the periodic cube (the reference is then the Ewald sum) "
+                   "[default: STORE's, else none].")
 @click.option("--sample", type=int, default=1000, show_default=True,
               help="Targets of the float64 direct reference.")
 def accuracy(source, storage_options, snapshot, n, seed, method, theta, leaf_size, softening,
-             dtype, sample) -> None:
+             dtype, box_size, sample) -> None:
     """Relative force errors (median, 99th percentile, max) of a force method against a
     float64 direct sum on sampled targets: of a run's method on one of its snapshots (SOURCE
     a trajectory store), or on initial conditions (SOURCE a kind or a body file)."""
@@ -232,21 +236,26 @@ def accuracy(source, storage_options, snapshot, n, seed, method, theta, leaf_siz
             settings = dict(method=attrs.get("method", "direct"), theta=attrs.get("theta"),
                             leaf_size=attrs.get("leaf_size"), softening=attrs["softening"],
                             dtype=attrs["dtype"], G=attrs["G"])
+            stored = json.loads(attrs.get("config", "{}"))
+            settings.update({k: stored[k] for k in ("box_size", "mesh_size", "mesh_slabs",
+                                                    "split", "cutoff")
+                             if stored.get(k) is not None and stored.get("box_size")})
         else:
             bodies = initial_conditions(source, n, seed, 0.5, storage_options)
         given = dict(method=method, theta=theta, leaf_size=leaf_size, softening=softening,
-                     dtype=dtype)
+                     dtype=dtype, box_size=box_size)
         settings.update({k: v for k, v in given.items() if v is not None})
         settings.setdefault("softening", 0.0)
         errors = force_accuracy(bodies, sample=sample, **settings)
         method = resolve_method(check_method(config.get("method", settings.get("method"))),
-                                bodies.sizes["body"])
+                                bodies.sizes["body"],
+                                config.get("box-size", settings.get("box_size")) is not None)
         click.echo(f"{method}: {errors}")
 
 
 @main.command("ic")
 @click.argument("kind", type=click.Choice(["plummer", "uniform", "kepler", "cold-collapse",
-                                           "merger", "disk"]))
+                                           "merger", "disk", "clumps"]))
 @click.argument("output", type=click.Path())
 @click.option("-n", "--n", "n", type=int, default=8192, show_default=True,
               help="Number of bodies (not kepler).")

@@ -54,7 +54,7 @@ TREE_CROSSOVER = 8_192
 
 #: ``method="auto"`` in a periodic box (``box_size``) runs the Ewald sum (``"direct"``)
 #: below this many bodies and TreePM from it on (measured: docs/performance.md).
-PERIODIC_CROSSOVER = 2_048
+PERIODIC_CROSSOVER = 512
 
 Part = tuple[tuple[int, int], int | None]
 """A partial force on a target tile: ``((i, j), side)``, the tile-pair task ``(i, j)`` and,

@@ -91,11 +91,17 @@ _ERFC_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 FAST_SPLIT_ERROR = {"float32": 5e-6, "float64": 3e-7}
 
 
+#: Beyond ``r / 2 r_s`` = 6 the short-range factors are below 1e-15: :func:`fast_short_range`
+#: returns zeros there (its polynomial holds for ``u^2 / 64 <= 0.6`` only).
+_U_MAX = 6.0
+
+
 def short_range_constants(split: float, dtype) -> np.ndarray:
     """What :func:`fast_short_range` reads, in ``dtype``: ``1 / (2 r_s)``, ``2 / sqrt(pi)``,
-    the erfc approximation's ``p`` and ``a1..a5``, and ``1 / 64``."""
-    return np.array([0.5 / split, 2.0 / math.sqrt(math.pi), _ERFC_P, *_ERFC_A, 1.0 / 64],
-                    dtype=dtype)
+    the erfc approximation's ``p`` and ``a1..a5``, ``1 / 64`` and the largest ``r / 2 r_s``
+    it evaluates (6)."""
+    return np.array([0.5 / split, 2.0 / math.sqrt(math.pi), _ERFC_P, *_ERFC_A, 1.0 / 64,
+                     _U_MAX], dtype=dtype)
 
 
 @njit(inline="always", **JIT_OPTIONS)
@@ -103,12 +109,14 @@ def fast_short_range(r, law, one):
     """:func:`short_range`'s factors ``(g, e)`` and ``exp(-r^2 / 4 r_s^2)``, with
     arithmetic a compiler vectorises (no call to ``erfc`` or ``exp``): ``exp(-y)`` as
     ``exp(-y / 64)**64`` (a Taylor polynomial of degree 6, then six squarings) and ``erfc``
-    by Abramowitz & Stegun 7.1.26; within :data:`FAST_SPLIT_ERROR` of the exact factors for
-    ``r`` up to 6 r_s (beyond, all three are below 1e-3 and still within it). ``law`` is
+    by Abramowitz & Stegun 7.1.26; within :data:`FAST_SPLIT_ERROR` of the exact factors at
+    every ``r`` (zeros from ``r = 12 r_s`` on, where they are below 1e-15). ``law`` is
     :func:`short_range_constants` in the dtype of ``one``.
     """
     u = r * law[0]
-    z = -(u * u) * law[8]  # -u^2 / 64, in [-0.15, 0] within the cutoff
+    inside = u < law[9]
+    u = u if inside else law[9]
+    z = -(u * u) * law[8]  # -u^2 / 64, in [-0.57, 0]
     two = one + one
     three = two + one
     # exp(z) = 1 + z (1 + z/2 (1 + z/3 (1 + z/4 (1 + z/5 (1 + z/6)))))
@@ -120,6 +128,7 @@ def fast_short_range(r, law, one):
     q = one + z * q
     for _ in range(6):
         q = q * q
+    q = q if inside else one - one
     t = one / (one + law[2] * u)
     e = t * (law[3] + t * (law[4] + t * (law[5] + t * (law[6] + t * law[7])))) * q
     return e + law[1] * u * q, e, q
