@@ -160,6 +160,23 @@ def test_the_short_range_walk_equals_the_real_space_sum_when_it_opens_every_cell
     assert (np.abs(walked[3, :300] + own - reference[3]) <= bound * newton[1]).all()
 
 
+def test_cells_across_the_box_edge_give_the_same_forces():
+    """A tile's tree keeps its cells between re-tilings while bodies wrap around the box:
+    cells then hold bodies at both edges (the walk takes each pair's nearest image)."""
+    x, m = _uniform(3000, seed=4)
+    split, cutoff = 0.04, 0.2
+    before = x.copy()
+    before[0] = (x[0] + 0.5) % 1.0 - 0.5  # half the box on the other side of x = 0
+    tree = octree.build(before, m, 16)
+    wrapped = octree.refit(tree, x, m)  # the same cells, the bodies back in [0, 1)
+    plain = short_walk(octree.build(x, m, 16), octree.build(x, m, 16), 0.0, 0.4, 1.0, split,
+                       cutoff, True)
+    across = short_walk(wrapped, wrapped, 0.0, 0.4, 1.0, split, cutoff, True)
+    scale = np.linalg.norm(plain[:3], axis=0)
+    assert np.median(np.linalg.norm(across[:3] - plain[:3], axis=0) / scale) < 1e-4
+    assert (np.linalg.norm(across[:3] - plain[:3], axis=0) < 1e-2 * scale).all()
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_the_vectorised_split_factors_equal_the_exact_ones(dtype):
     @njit

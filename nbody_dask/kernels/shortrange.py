@@ -42,8 +42,8 @@ from .law import fast_short_range, inverse_distance, short_range_constants
 from .octree import TileTree
 from .walk import group_sphere
 
-__all__ = ["cell_spread", "short_p2p", "short_m2p", "short_walk_sorted", "spread_of",
-           "short_walk"]
+__all__ = ["cell_spread", "short_p2p", "short_pairs", "short_m2p", "short_walk_sorted",
+           "spread_of", "short_walk"]
 
 
 @njit(**_JIT)
@@ -74,15 +74,99 @@ def short_p2p(tx, ty, tz, xs, ys, zs, ms, eps2, law, out):
             dx = _nearest(xs[j] - xi, box, inv_box, half)
             dy = _nearest(ys[j] - yi, box, inv_box, half)
             dz = _nearest(zs[j] - zi, box, inv_box, half)
-            r2 = dx * dx + dy * dy + dz * dz
-            mass = ms[j] if (r2 > zero) & (r2 <= cut2) else zero
-            g, e, _ = fast_short_range(np.sqrt(r2), split, one)
-            inv = inverse_distance(dx, dy, dz, eps2, zero, one)
-            f = mass * g * inv * inv * inv
+            f, e = _pair(dx, dy, dz, ms[j], eps2, cut2, split, zero, one)
             ax += f * dx
             ay += f * dy
             az += f * dz
-            psi += mass * e * inv
+            psi += e
+        out[0, i] += ax
+        out[1, i] += ay
+        out[2, i] += az
+        if with_potential:
+            out[3, i] -= psi
+
+
+@njit(inline="always", **_JIT)
+def _pair(dx, dy, dz, m, eps2, cut2, split, zero, one):
+    """One source's short-range terms on one target at separation ``d`` (the image to use):
+    the force factor and the potential term, zero beyond the cutoff or at ``r = 0``."""
+    r2 = dx * dx + dy * dy + dz * dz
+    mass = m if (r2 > zero) & (r2 <= cut2) else zero
+    g, e, _ = fast_short_range(np.sqrt(r2), split, one)
+    inv = inverse_distance(dx, dy, dz, eps2, zero, one)
+    return mass * g * inv * inv * inv, mass * e * inv
+
+
+@njit(**_JIT)
+def short_pairs(tx, ty, tz, xs, ys, zs, ms, eps2, law, out):
+    """:func:`short_p2p` for sources already moved to the image to use for every target
+    (no minimum image per pair), four targets per pass over the sources (each source loaded
+    once for four targets, as :func:`~nbody_dask.kernels.cpu.accel_tile`)."""
+    cut2 = law[2] * law[2]
+    split = law[4:]
+    one = np.ones(1, dtype=tx.dtype)[0]
+    zero = one - one
+    with_potential = out.shape[0] == 4
+    nt, ns = tx.shape[0], xs.shape[0]
+    n4 = nt - nt % 4
+    for i in range(0, n4, 4):
+        x0, y0, z0 = tx[i], ty[i], tz[i]
+        x1, y1, z1 = tx[i + 1], ty[i + 1], tz[i + 1]
+        x2, y2, z2 = tx[i + 2], ty[i + 2], tz[i + 2]
+        x3, y3, z3 = tx[i + 3], ty[i + 3], tz[i + 3]
+        ax0 = ay0 = az0 = p0 = ax1 = ay1 = az1 = p1 = zero
+        ax2 = ay2 = az2 = p2 = ax3 = ay3 = az3 = p3 = zero
+        for j in range(ns):
+            xj, yj, zj, mj = xs[j], ys[j], zs[j], ms[j]
+            dx, dy, dz = xj - x0, yj - y0, zj - z0
+            f, e = _pair(dx, dy, dz, mj, eps2, cut2, split, zero, one)
+            ax0 += f * dx
+            ay0 += f * dy
+            az0 += f * dz
+            p0 += e
+            dx, dy, dz = xj - x1, yj - y1, zj - z1
+            f, e = _pair(dx, dy, dz, mj, eps2, cut2, split, zero, one)
+            ax1 += f * dx
+            ay1 += f * dy
+            az1 += f * dz
+            p1 += e
+            dx, dy, dz = xj - x2, yj - y2, zj - z2
+            f, e = _pair(dx, dy, dz, mj, eps2, cut2, split, zero, one)
+            ax2 += f * dx
+            ay2 += f * dy
+            az2 += f * dz
+            p2 += e
+            dx, dy, dz = xj - x3, yj - y3, zj - z3
+            f, e = _pair(dx, dy, dz, mj, eps2, cut2, split, zero, one)
+            ax3 += f * dx
+            ay3 += f * dy
+            az3 += f * dz
+            p3 += e
+        out[0, i], out[1, i], out[2, i] = out[0, i] + ax0, out[1, i] + ay0, out[2, i] + az0
+        out[0, i + 1] += ax1
+        out[1, i + 1] += ay1
+        out[2, i + 1] += az1
+        out[0, i + 2] += ax2
+        out[1, i + 2] += ay2
+        out[2, i + 2] += az2
+        out[0, i + 3] += ax3
+        out[1, i + 3] += ay3
+        out[2, i + 3] += az3
+        if with_potential:
+            out[3, i] -= p0
+            out[3, i + 1] -= p1
+            out[3, i + 2] -= p2
+            out[3, i + 3] -= p3
+    for i in range(n4, nt):
+        xi, yi, zi = tx[i], ty[i], tz[i]
+        ax = ay = az = psi = zero
+        for j in range(ns):
+            dx, dy, dz = xs[j] - xi, ys[j] - yi, zs[j] - zi
+            f, e = _pair(dx, dy, dz, ms[j], eps2, cut2, split, zero, one)
+            ax += f * dx
+            ay += f * dy
+            az += f * dz
+            psi += e
         out[0, i] += ax
         out[1, i] += ay
         out[2, i] += az
@@ -195,6 +279,12 @@ def _group_forces(targets, lo, hi, sources, spread, eps2, theta, law, cells64, m
     n_acc = n_src = 0
     inv_box = 1.0 / box
     half_box = 0.5 * box
+    # sources moved to their image nearest the group's centre are the images within the
+    # cutoff of every target when radius + cutoff < box / 2 (else: per pair, short_p2p)
+    shifted = radius + cutoff < half_box
+    side, inv_side = law[0], law[1]
+    half = side / (side + side)
+    gx, gy, gz = tx.dtype.type(gcx), tx.dtype.type(gcy), tx.dtype.type(gcz)
     inv_2rs2 = 0.5 / (cells64[2] * cells64[2])
     inv_2rs = 0.5 / cells64[2]
     theta3 = theta * theta * theta
@@ -225,15 +315,24 @@ def _group_forces(targets, lo, hi, sources, spread, eps2, theta, law, cells64, m
                     grown = np.empty((4, 2 * n_src), dtype=buffer.dtype)
                     grown[:, :n_src] = buffer
                     buffer = grown
-                buffer[0, n_src], buffer[1, n_src] = x[i], y[i]
-                buffer[2, n_src], buffer[3, n_src] = z[i], m[i]
+                if shifted:  # the body's image nearest the group's centre (itself if it is)
+                    buffer[0, n_src] = x[i] - side * np.floor((x[i] - gx) * inv_side + half)
+                    buffer[1, n_src] = y[i] - side * np.floor((y[i] - gy) * inv_side + half)
+                    buffer[2, n_src] = z[i] - side * np.floor((z[i] - gz) * inv_side + half)
+                else:
+                    buffer[0, n_src], buffer[1, n_src], buffer[2, n_src] = x[i], y[i], z[i]
+                buffer[3, n_src] = m[i]
                 n_src += 1
             k = skip[k]
         else:
             k += 1
     part = np.zeros((rows, hi - lo), dtype=tx.dtype)
-    short_p2p(tx[lo:hi], ty[lo:hi], tz[lo:hi], buffer[0, :n_src], buffer[1, :n_src],
-              buffer[2, :n_src], buffer[3, :n_src], eps2, law, part)
+    if shifted:
+        short_pairs(tx[lo:hi], ty[lo:hi], tz[lo:hi], buffer[0, :n_src], buffer[1, :n_src],
+                    buffer[2, :n_src], buffer[3, :n_src], eps2, law, part)
+    else:
+        short_p2p(tx[lo:hi], ty[lo:hi], tz[lo:hi], buffer[0, :n_src], buffer[1, :n_src],
+                  buffer[2, :n_src], buffer[3, :n_src], eps2, law, part)
     for c in range(n_acc):
         for r in range(11):
             moments[c, r] = gathered[r, c]
