@@ -16,7 +16,9 @@ A step costs
   decomposition moves the complex half-spectrum (8 bytes a point, M^3 / 2 points) once
   across the network, at 100 Gb/s line rate;
 - t_scheduler = s_task tasks: ``s_task`` = 472 us of scheduler CPU a task (docs/scaling.md),
-  tasks from ``Plan.tasks_per_step`` with tiles of 1,048,576 bodies;
+  tasks from ``Plan.tasks_per_step``: the ``"pairs"`` layout with tiles of 1,048,576 bodies
+  (a task per pair of near tiles), the ``"rows"`` layout with its own tiles (at least one a
+  node, at most 8,388,608 bodies each; a task per tile walking its near tiles);
 - t_latency = waves L, L = 5.2 ms (docs/scaling.md), 16 dependent rounds a step;
 - t_halo = bytes / bandwidth: the neighbour tiles' trees a node fetches once a step (its
   tiles a cube of tiles; the shell one tile deep around it, 16 bytes a body).
@@ -28,7 +30,7 @@ import argparse
 import json
 import math
 
-from nbody_dask.plan import Plan
+from nbody_dask.plan import Plan, tree_tile_size
 
 S_TASK = 472e-6  # scheduler CPU a task (docs/scaling.md, fitted)
 LATENCY = 5.2e-3  # a dependent round trip (docs/scaling.md, fitted)
@@ -51,10 +53,11 @@ def constants(periodic: dict, meshfft: dict) -> dict:
     return out
 
 
-def project(c: dict, box: str, n_side: int, nodes: int, cores: int) -> dict:
+def project(c: dict, box: str, n_side: int, nodes: int, cores: int, layout: str) -> dict:
     n = n_side**3
-    plan = Plan(n=n, steps=10, dt=0.01, method="treepm", box_size=1.0, tile_size=TILE,
-                dtype="float32")
+    tile = TILE if layout == "pairs" else tree_tile_size(n, nodes * cores, nodes, "rows")
+    plan = Plan(n=n, steps=10, dt=0.01, method="treepm", box_size=1.0, tile_size=tile,
+                dtype="float32", layout=layout)
     m = plan.mesh_size
     all_cores = nodes * cores
     short = n * c[box]["short"] / all_cores
@@ -67,10 +70,11 @@ def project(c: dict, box: str, n_side: int, nodes: int, cores: int) -> dict:
     per_node = plan.n_tiles / nodes
     side = per_node ** (1 / 3)
     shell = (side + 2) ** 3 - per_node if nodes > 1 else 0
-    halo = shell * TILE * 16 / BANDWIDTH
+    halo = shell * tile * 16 / BANDWIDTH
     terms = dict(short=short, mesh=mesh, fft=fft, transpose=transpose, scheduler=scheduler,
                  latency=latency, halo=halo)
-    return dict(box=box, n=n, nodes=nodes, cores=cores, mesh_size=m, slabs=plan.mesh_slabs,
+    return dict(box=box, layout=layout, n=n, nodes=nodes, cores=cores, mesh_size=m,
+                slabs=plan.mesh_slabs,
                 tiles=plan.n_tiles, tasks=tasks, **terms, step=sum(terms.values()),
                 dominant=max(terms, key=terms.get))
 
@@ -91,13 +95,14 @@ def main() -> None:
     print(f"constants: short {c['uniform']['short']:.3g} (uniform) / "
           f"{c['clustered']['short']:.3g} (clustered) core-s a body, mesh "
           f"{c['uniform']['mesh']:.3g} s a body, FFT {c['fft']:.3g} core-s a point-log")
-    rows = [project(c, box, args.n_side, nodes, args.cores)
-            for box in ("uniform", "clustered") for nodes in (16, 64)]
+    rows = [project(c, box, args.n_side, nodes, args.cores, layout)
+            for box in ("uniform", "clustered") for nodes in (16, 64)
+            for layout in ("pairs", "rows")]
     keys = ("short", "mesh", "fft", "transpose", "scheduler", "latency", "halo", "step")
-    print("| box | nodes | tiles | tasks | " + " | ".join(keys) + " | dominant |")
-    print("|---" * (len(keys) + 5) + "|")
+    print("| box | layout | nodes | tiles | tasks | " + " | ".join(keys) + " | dominant |")
+    print("|---" * (len(keys) + 6) + "|")
     for r in rows:
-        print(f"| {r['box']} | {r['nodes']} | {r['tiles']} | {r['tasks']:,} | "
+        print(f"| {r['box']} | {r['layout']} | {r['nodes']} | {r['tiles']} | {r['tasks']:,} | "
               + " | ".join(f"{r[k]:.3g}" for k in keys) + f" | {r['dominant']} |")
     if args.json:
         with open(args.json, "w") as f:

@@ -35,7 +35,7 @@ __all__ = ["Forces", "Closing", "Walk", "PairForces", "pair_forces", "symmetric_
            "append", "Periodic", "ShortTree", "ewald_pair_forces", "ewald_factors",
            "ewald_long_forces", "short_tree", "refit_short_tree", "short_pair_forces",
            "mesh_deposit", "mesh_sum", "mesh_solve", "mesh_forces", "periodic_layout",
-           "mesh_slab", "mesh_mass", "mesh_forces_from_slabs"]
+           "mesh_slab", "mesh_mass", "mesh_forces_from_slabs", "close_short_row"]
 
 
 @dataclass(frozen=True)
@@ -395,6 +395,18 @@ def close_tree_row(closing: Closing, target: int, walk: Walk, split_every: int, 
         parts.append(far_forces(closing.step, tree, forest, far, walk))
     forces = reduce_in_groups(parts, reduction_groups(len(parts), split_every))
     return _kicked(closing, tile, forces)
+
+
+def close_short_row(closing: Closing, forces: Forces, periodic: Periodic, split_every: int,
+                    tile: Tile, tree: ShortTree, long: np.ndarray, *near_trees: ShortTree
+                    ) -> Tile:
+    """TreePM's ``"rows"`` task: a tile's short-range walks of its near tiles (their trees,
+    in source order, on the task's threads) and its mesh part, summed with the fixed groups
+    of the ``"pairs"`` layout's combine tasks (the same bits), and the kick."""
+    parts = [short_pair_forces(tree, source, forces, periodic) for source in near_trees]
+    parts.append(long)
+    return _kicked(closing, tile, reduce_in_groups(parts, reduction_groups(len(parts),
+                                                                           split_every)))
 
 
 # -- snapshots and moving bodies between tiles -------------------------------------------------

@@ -401,6 +401,17 @@ def test_large_meshes_are_cut_into_slabs():
     assert plan.mesh_slab_bounds() == [(0, 6), (6, 12), (12, 19), (19, 25), (25, 32)]
 
 
+def test_the_rows_layout_gives_the_bits_of_the_pairs_layout(client):
+    ds = nbody_dask.plummer_clumps(2000, seed=8)
+    kw = dict(steps=6, dt=0.01, softening=0.005, box_size=1.0, method="treepm",
+              snapshot_every=3, tile_size=700, split_every=2, progress=False, client=client)
+    pairs = nbody_dask.simulate(ds, layout="pairs", **kw)
+    rows = nbody_dask.simulate(ds, layout="rows", **kw)
+    assert rows.attrs["layout"] == "rows"
+    for name in ("position", "velocity", "potential_energy"):
+        np.testing.assert_array_equal(rows[name].values, pairs[name].values)
+
+
 # -- parameters --------------------------------------------------------------------------------
 
 def test_auto_picks_the_ewald_sum_then_treepm():
@@ -430,7 +441,6 @@ def test_the_mesh_is_twice_the_particle_grid_by_default():
      r"cutoff \* split = 12.5 mesh cells must be less than half the mesh \(mesh_size=20\)"),
     (dict(method="treepm", box_size=1.0, split=0.0), "split must be > 0, got 0.0"),
     (dict(method="treepm", box_size=1.0, cutoff=-2), "cutoff must be > 0, got -2"),
-    (dict(method="treepm", box_size=1.0, layout="rows"), "runs the 'pairs' layout"),
     (dict(method="direct", box_size=1.0, layout="rows"), "run the 'pairs' layout"),
 ])
 def test_bad_periodic_parameters_are_refused_before_any_work(no_cluster, kw, match):

@@ -98,18 +98,59 @@ def _pair(dx, dy, dz, m, eps2, cut2, split, zero, one):
 
 
 @njit(**_JIT)
-def short_pairs(tx, ty, tz, xs, ys, zs, ms, eps2, law, out):
+def _within(tx, ty, tz, lo, hi, xs, ys, zs, ms, reach, kept):
+    """Copy into ``kept`` (4, ns) the sources within ``reach`` of the bounding sphere of
+    targets ``lo:hi``, in their order; return how many."""
+    one = np.ones(1, dtype=tx.dtype)[0]
+    half = one / (one + one)
+    x0 = x1 = tx[lo]
+    y0 = y1 = ty[lo]
+    z0 = z1 = tz[lo]
+    for i in range(lo + 1, hi):
+        x0, x1 = min(x0, tx[i]), max(x1, tx[i])
+        y0, y1 = min(y0, ty[i]), max(y1, ty[i])
+        z0, z1 = min(z0, tz[i]), max(z1, tz[i])
+    cx, cy, cz = half * (x0 + x1), half * (y0 + y1), half * (z0 + z1)
+    radius = half * np.sqrt((x1 - x0) ** 2 + (y1 - y0) ** 2 + (z1 - z0) ** 2)
+    # a margin of 1/1000: no source within the cutoff of a target is left out by rounding
+    limit = (reach + radius) * (one + one / (one + one) ** 10)
+    limit2 = limit * limit
+    count = 0
+    for j in range(xs.shape[0]):
+        dx, dy, dz = xs[j] - cx, ys[j] - cy, zs[j] - cz
+        if dx * dx + dy * dy + dz * dz <= limit2:
+            kept[0, count], kept[1, count], kept[2, count] = xs[j], ys[j], zs[j]
+            kept[3, count] = ms[j]
+            count += 1
+    return count
+
+
+@njit(**_JIT)
+def _all(xs, ys, zs, ms, kept):
+    """Every source into ``kept`` (4, ns); how many."""
+    for j in range(xs.shape[0]):
+        kept[0, j], kept[1, j], kept[2, j], kept[3, j] = xs[j], ys[j], zs[j], ms[j]
+    return xs.shape[0]
+
+
+@njit(**_JIT)
+def short_pairs(tx, ty, tz, xs, ys, zs, ms, eps2, law, out, pick=True):
     """:func:`short_p2p` for sources already moved to the image to use for every target
-    (no minimum image per pair), four targets per pass over the sources (each source loaded
-    once for four targets, as :func:`~nbody_dask.kernels.cpu.accel_tile`)."""
+    (no minimum image per pair), four targets at a time: with ``pick``, the sources within
+    the cutoff of the four (:func:`_within`) are picked first; then each is loaded once for
+    the four (as :func:`~nbody_dask.kernels.cpu.accel_tile`). The sources left out
+    contribute exactly zero, so the result is that of every pair either way."""
     cut2 = law[2] * law[2]
     split = law[4:]
     one = np.ones(1, dtype=tx.dtype)[0]
     zero = one - one
     with_potential = out.shape[0] == 4
-    nt, ns = tx.shape[0], xs.shape[0]
+    nt = tx.shape[0]
+    kept = np.empty((4, xs.shape[0]), dtype=xs.dtype)
+    every = 0 if pick else _all(xs, ys, zs, ms, kept)
     n4 = nt - nt % 4
     for i in range(0, n4, 4):
+        ns = _within(tx, ty, tz, i, i + 4, xs, ys, zs, ms, law[2], kept) if pick else every
         x0, y0, z0 = tx[i], ty[i], tz[i]
         x1, y1, z1 = tx[i + 1], ty[i + 1], tz[i + 1]
         x2, y2, z2 = tx[i + 2], ty[i + 2], tz[i + 2]
@@ -117,7 +158,7 @@ def short_pairs(tx, ty, tz, xs, ys, zs, ms, eps2, law, out):
         ax0 = ay0 = az0 = p0 = ax1 = ay1 = az1 = p1 = zero
         ax2 = ay2 = az2 = p2 = ax3 = ay3 = az3 = p3 = zero
         for j in range(ns):
-            xj, yj, zj, mj = xs[j], ys[j], zs[j], ms[j]
+            xj, yj, zj, mj = kept[0, j], kept[1, j], kept[2, j], kept[3, j]
             dx, dy, dz = xj - x0, yj - y0, zj - z0
             f, e = _pair(dx, dy, dz, mj, eps2, cut2, split, zero, one)
             ax0 += f * dx
@@ -142,7 +183,9 @@ def short_pairs(tx, ty, tz, xs, ys, zs, ms, eps2, law, out):
             ay3 += f * dy
             az3 += f * dz
             p3 += e
-        out[0, i], out[1, i], out[2, i] = out[0, i] + ax0, out[1, i] + ay0, out[2, i] + az0
+        out[0, i] += ax0
+        out[1, i] += ay0
+        out[2, i] += az0
         out[0, i + 1] += ax1
         out[1, i + 1] += ay1
         out[2, i + 1] += az1
@@ -158,11 +201,12 @@ def short_pairs(tx, ty, tz, xs, ys, zs, ms, eps2, law, out):
             out[3, i + 2] -= p2
             out[3, i + 3] -= p3
     for i in range(n4, nt):
+        ns = _within(tx, ty, tz, i, i + 1, xs, ys, zs, ms, law[2], kept) if pick else every
         xi, yi, zi = tx[i], ty[i], tz[i]
         ax = ay = az = psi = zero
         for j in range(ns):
-            dx, dy, dz = xs[j] - xi, ys[j] - yi, zs[j] - zi
-            f, e = _pair(dx, dy, dz, ms[j], eps2, cut2, split, zero, one)
+            dx, dy, dz = kept[0, j] - xi, kept[1, j] - yi, kept[2, j] - zi
+            f, e = _pair(dx, dy, dz, kept[3, j], eps2, cut2, split, zero, one)
             ax += f * dx
             ay += f * dy
             az += f * dz
@@ -327,9 +371,10 @@ def _group_forces(targets, lo, hi, sources, spread, eps2, theta, law, cells64, m
         else:
             k += 1
     part = np.zeros((rows, hi - lo), dtype=tx.dtype)
-    if shifted:
+    if shifted:  # sources picked per four targets where the group is wide for the cutoff
         short_pairs(tx[lo:hi], ty[lo:hi], tz[lo:hi], buffer[0, :n_src], buffer[1, :n_src],
-                    buffer[2, :n_src], buffer[3, :n_src], eps2, law, part)
+                    buffer[2, :n_src], buffer[3, :n_src], eps2, law, part,
+                    radius > 0.125 * cutoff)
     else:
         short_p2p(tx[lo:hi], ty[lo:hi], tz[lo:hi], buffer[0, :n_src], buffer[1, :n_src],
                   buffer[2, :n_src], buffer[3, :n_src], eps2, law, part)

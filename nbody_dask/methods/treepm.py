@@ -14,6 +14,10 @@ split` mesh cells):
   a task per pair of tiles whose bounding boxes come within the cutoff of each other
   (minimum images), found each step from the tiles' extents (fetched, a few numbers a tile).
 
+With ``layout="rows"`` (one tile per worker) a single task per target tile walks all its
+near tiles on the worker's cores, adds its mesh part with the same groups and kicks (the
+same bits as ``"pairs"`` on the same tiles): about 5 tasks a tile a step instead of 30.
+
 Tiles are spatial, as the tree's (:mod:`nbody_dask.methods.tree`): re-cut along the Morton
 curve at every snapshot step and every ``retile_every`` steps, their trees built there and
 refitted in between. A target's partials are its near tiles' walks in source order, then its
@@ -68,8 +72,6 @@ class TreePM(ForceMethod):
             raise ValueError("method='treepm' is for periodic boxes: give box_size")
         if plan.backend == "cuda":
             raise ValueError("method='treepm' runs on CPUs; got backend='cuda'")
-        if plan.layout == "rows":
-            raise ValueError("method='treepm' runs the 'pairs' layout, got layout='rows'")
         reach = plan.split * plan.cutoff
         if reach >= plan.mesh_size / 2:
             raise ValueError(f"cutoff * split = {reach:g} mesh cells must be less than half "
@@ -95,6 +97,8 @@ class TreePM(ForceMethod):
         near = min(t, 27)  # neighbours of a tile within the cutoff (at most all)
         combines = t * sum(len(level) for level in reduction_groups(near + 1,
                                                                     plan.split_every))
+        if plan.layout == "rows":  # drift, tree, bounds, mesh part and row a tile
+            return 5 * t + 1 + mesh + retile_tasks
         return 4 * t + 1 + mesh + t * near + combines + retile_tasks
 
     def describe(self, plan: Plan) -> str:
@@ -109,7 +113,7 @@ class TreePM(ForceMethod):
         plan, t = ev.plan, len(tiles)
         periodic = tasks.Periodic(plan.box_size, plan.mesh_size, plan.split_length,
                                   plan.cutoff_length, plan.theta,
-                                  1 if t > 1 else ev.threads)
+                                  1 if t > 1 and plan.layout == "pairs" else ev.threads)
         if t == 1:  # one tile: its tree, its own walk, the mesh and the kick
             yield from ()
             trees = [ev.key("tree", 0)]
@@ -150,6 +154,13 @@ def _forces(ev: Evaluation, dsk: Graph, tiles: list, trees: list, near: list[lis
         long = _slab_mesh(ev, dsk, tiles, deposits, spans, periodic)
     else:
         long = _one_task_mesh(ev, dsk, tiles, deposits, periodic)
+    if plan.layout == "rows":
+        out = [ev.key("row", i) for i in range(t)]
+        for i in range(t):
+            dsk[out[i]] = (tasks.close_short_row, ev.closing, ev.forces, periodic,
+                           plan.split_every, tiles[i], trees[i], long[i],
+                           *[trees[j] for j in near[i]])
+        return out
     parts = []
     for i in range(t):
         parts.append([])
