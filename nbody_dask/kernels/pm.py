@@ -93,6 +93,15 @@ def _weights(u, points, index, weight, offset):
 
 
 @njit(cache=True)
+def _body_weights(x, y, z, i, inv_h, points, index, weight):
+    """Body ``i``'s mesh points (unwrapped) and weights along the three axes into ``index``
+    and ``weight`` (``points`` per axis, axis after axis)."""
+    for a in range(3):
+        v = float(x[i]) if a == 0 else (float(y[i]) if a == 1 else float(z[i]))
+        _weights(v * inv_h, points, index, weight, a * points)
+
+
+@njit(cache=True)
 def _deposit(x, y, z, m, inv_h, n, start, shape, points, out):
     """Add the weights of the bodies to ``out`` (float64, ``shape``), whose point
     ``(a, b, c)`` is mesh point ``start + (a, b, c)``; an axis as long as the mesh takes the
@@ -100,9 +109,8 @@ def _deposit(x, y, z, m, inv_h, n, start, shape, points, out):
     index = np.empty(3 * points, dtype=np.int64)
     weight = np.empty(3 * points)
     for i in range(x.shape[0]):
+        _body_weights(x, y, z, i, inv_h, points, index, weight)
         for a in range(3):
-            v = float(x[i]) if a == 0 else (float(y[i]) if a == 1 else float(z[i]))
-            _weights(v * inv_h, points, index, weight, a * points)
             for s in range(points):
                 point = index[a * points + s] - start[a]
                 index[a * points + s] = point % n if shape[a] == n else point
@@ -197,9 +205,7 @@ def _interpolate(x, y, z, fields, n, first, inv_h, points, out):
     index = np.empty(3 * points, dtype=np.int64)
     weight = np.empty(3 * points)
     for i in range(x.shape[0]):
-        for a in range(3):
-            v = float(x[i]) if a == 0 else (float(y[i]) if a == 1 else float(z[i]))
-            _weights(v * inv_h, points, index, weight, a * points)
+        _body_weights(x, y, z, i, inv_h, points, index, weight)
         for s in range(points):
             index[s] = (index[s] - first) % n
         for r in range(out.shape[0]):
