@@ -412,6 +412,52 @@ def test_the_rows_layout_gives_the_bits_of_the_pairs_layout(client):
         np.testing.assert_array_equal(rows[name].values, pairs[name].values)
 
 
+@pytest.mark.slow
+def test_a_sigkilled_driver_resumed_is_bit_identical(tmp_path):
+    """A CLI driver running TreePM on 3 spatial tiles is SIGKILLed after 3 snapshots, then
+    resumed: the store equals an uninterrupted run's."""
+    import os
+    import signal
+    import time
+
+    from nbody_dask.storage import committed_snapshots
+
+    run = ["run", "--ic", "clumps", "-n", "1500", "--box-size", "1", "--steps", "80", "--dt",
+           "0.005", "--softening", "0.005", "--snapshot-every", "5", "--tile-size", "500",
+           "--method", "treepm", "--no-progress"]
+    reference = tmp_path / "reference.zarr"
+    subprocess.run([sys.executable, "-m", "nbody_dask.cli", *run, "--store", str(reference)],
+                   check=True, timeout=300)
+    store = tmp_path / "killed.zarr"
+    proc = subprocess.Popen([sys.executable, "-m", "nbody_dask.cli", *run, "--store",
+                             str(store)], stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert proc.poll() is None
+            try:
+                if (store / "nbody" / "zarr.json").exists() and committed_snapshots(store) >= 3:
+                    break
+            except (ValueError, OSError):
+                pass
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    whole = nbody_dask.open_trajectory(reference).load()
+    assert 3 <= committed_snapshots(store) < whole.sizes["time"]
+    subprocess.run([sys.executable, "-m", "nbody_dask.cli", "resume", str(store),
+                    "--no-progress"], check=True, timeout=300)
+    got = nbody_dask.open_trajectory(store).load()
+    for name in ("position", "velocity", "total_energy", "momentum"):
+        np.testing.assert_array_equal(got[name].values, whole[name].values, err_msg=name)
+
+
 # -- parameters --------------------------------------------------------------------------------
 
 def test_auto_picks_the_ewald_sum_then_treepm():
