@@ -121,7 +121,9 @@ def plummer_clumps(n: int, seed: int = 0, *, clumps: int = 20, box_size: float =
                    smallest: float = 0.005, largest: float = 0.05) -> xr.Dataset:
     """A clustered periodic box: ``clumps`` Plummer spheres of random scale radii (log-uniform
     between ``smallest`` and ``largest`` times ``box_size``) at random places in the cube
-    ``[0, box_size)^3``, at rest, wrapped into it: the clustered test of a periodic force.
+    ``[0, box_size)^3``, wrapped into it: the clustered test of a periodic force. Each
+    sphere is in equilibrium on its own (velocities from its distribution function, G = 1),
+    its centre at rest.
 
     Parameters
     ----------
@@ -144,17 +146,19 @@ def plummer_clumps(n: int, seed: int = 0, *, clumps: int = 20, box_size: float =
     largest = check_real("largest", largest, positive=True)
     rng = np.random.default_rng(seed)
     sizes = rng.multinomial(n, np.full(clumps, 1.0 / clumps))
-    parts = []
+    parts, speeds = [], []
     for k, count in enumerate(sizes):
         if count == 0:
             continue
         radius = box_size * np.exp(rng.uniform(np.log(smallest), np.log(largest)))
-        sphere = plummer(int(count), seed=seed * 1000 + k).position.values
-        parts.append(sphere * (radius / (3 * np.pi / 16)) + rng.random(3) * box_size)
+        sphere = plummer(int(count), seed=seed * 1000 + k)
+        scale = radius / (3 * np.pi / 16)  # Henon units: scale radius 3 pi / 16, M = 1
+        parts.append(sphere.position.values * scale + rng.random(3) * box_size)
+        speeds.append(sphere.velocity.values * np.sqrt((count / n) / scale))
     pos = np.concatenate(parts)
     pos -= box_size * np.floor(pos / box_size)
     pos[pos >= box_size] -= box_size
-    ds = make_bodies(pos, np.zeros_like(pos), np.full(n, 1.0 / n))
+    ds = make_bodies(pos, np.concatenate(speeds), np.full(n, 1.0 / n))
     ds.attrs.update(initial_conditions="plummer_clumps", seed=seed, box_size=box_size,
                     units="G = 1, M = 1")
     return ds

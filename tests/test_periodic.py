@@ -254,7 +254,8 @@ def test_force_accuracy_and_recorded_errors_use_the_ewald_sum(client):
     treepm = nbody_dask.force_accuracy(ds, box_size=1.0, method="treepm", sample=200,
                                        client=client)
     assert treepm.median < 1e-3
-    traj = _run(client, ds, steps=2, snapshot_every=1, force_error_sample=150, tile_size=400)
+    traj = _run(client, ds, steps=2, dt=1e-4, snapshot_every=1, force_error_sample=150,
+                tile_size=400)
     recorded = traj.force_error.sel(statistic="median").values
     assert (recorded > 0).all() and (recorded < 1e-3).all()
 
@@ -497,7 +498,7 @@ def test_bad_periodic_parameters_are_refused_before_any_work(no_cluster, kw, mat
 def test_cli_runs_a_periodic_box(tmp_path):
     store = tmp_path / "box.zarr"
     done = subprocess.run([sys.executable, "-m", "nbody_dask.cli", "run", "--ic", "clumps",
-                           "-n", "600", "--box-size", "1", "--steps", "4", "--dt", "0.01",
+                           "-n", "600", "--box-size", "1", "--steps", "4", "--dt", "0.0005",
                            "--snapshot-every", "2", "--method", "treepm", "--store",
                            str(store), "--no-progress"], capture_output=True, text=True,
                           timeout=300)
