@@ -3,6 +3,7 @@ with peak RSS per worker < 1 GiB; no O(N^2) array anywhere).
 
     python benchmarks/memory.py --n 1048576 --workers 2
     python benchmarks/memory.py --n 4194304 --workers 2 --method tree
+    python benchmarks/memory.py --n 16777216 --workers 2 --processes --box-size 1  # TreePM
 
 Starts a LocalCluster of single-threaded workers (with --processes, worker processes on the
 loopback; without, threads of this process, as the default cluster), samples every worker's
@@ -17,6 +18,7 @@ import resource
 import threading
 import time
 
+import numpy as np
 import psutil
 from distributed import Client
 
@@ -29,13 +31,26 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1_048_576)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--method", default="direct", choices=["direct", "tree"])
+    parser.add_argument("--method", default="direct", choices=["direct", "tree", "treepm"])
+    parser.add_argument("--box-size", type=float, default=None,
+                        help="a periodic box of uniform random bodies, by TreePM (its mesh "
+                             "and slabs by default)")
     parser.add_argument("--processes", action="store_true",
                         help="worker processes (the default cluster's workers are threads of "
                              "this process: one RSS for all)")
     args = parser.parse_args()
 
-    bodies = nbody_dask.plummer(args.n, seed=0)
+    if args.box_size is None:
+        bodies = nbody_dask.plummer(args.n, seed=0)
+        periodic = {}
+    else:
+        rng = np.random.default_rng(0)
+        position = rng.random((args.n, 3), dtype=np.float32) * args.box_size
+        bodies = nbody_dask.make_bodies(position, np.zeros_like(position),
+                                        np.full(args.n, 1.0 / args.n, dtype=np.float32))
+        del position
+        periodic = dict(box_size=args.box_size)
+        args.method = "treepm"
     with local(n_workers=args.workers, threads_per_worker=1,
                processes=args.processes) as cluster, \
             Client(cluster) as client:
@@ -52,14 +67,15 @@ def main() -> None:
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         t0 = time.perf_counter()
-        acc = nbody_dask.accelerations(bodies, 0.01, dtype=args.dtype, client=client,
-                                       method=args.method)
+        acc = nbody_dask.accelerations(bodies, 0.01 if not periodic else 0.0,
+                                       dtype=args.dtype, client=client, method=args.method,
+                                       **periodic)
         seconds = time.perf_counter() - t0
         done.set()
         sampler.join()
+    rate = f"{args.n**2 / seconds / 1e9:.2f} Gint/s; " if args.method == "direct" else ""
     print(f"N = {args.n:,}, {args.method}, {args.workers} workers, {args.dtype}: "
-          f"{seconds:.1f} s, "
-          f"{args.n**2 / seconds / 1e9:.2f} Gint/s; accelerations {acc.shape}")
+          f"{seconds:.1f} s, {rate}accelerations {acc.shape}")
     for addr, rss in peak.items():
         print(f"  peak RSS {rss / 2**20:7.1f} MiB  {addr}")
     driver = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
