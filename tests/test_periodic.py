@@ -369,10 +369,11 @@ def _final(n_workers, threads, processes, tmp_path, name, dtype, mesh_slabs):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("dtype", "mesh_slabs"), [("float64", 1), ("float32", 3)])
+@pytest.mark.parametrize(("dtype", "mesh_slabs"), [("float32", 3)])
 def test_treepm_bit_identical_across_workers_and_threads(tmp_path, dtype, mesh_slabs):
-    """3 spatial tiles re-cut 4 times, the mesh in one FFT task or in 3 slabs: one worker
-    with 1 or 2 threads, two processes."""
+    """3 spatial tiles re-cut 4 times, the mesh in 3 slabs (the FFT a graph across the
+    workers): one worker with 1 or 2 threads, two processes. (A mesh in one FFT task and
+    float64 keep their bits in the crash-and-resume and rows-and-pairs tests.)"""
     runs = [_final(w, t, p, tmp_path, f"{w}-{t}-{p}.zarr", dtype, mesh_slabs)
             for w, t, p in ((1, 1, False), (1, 2, False), (2, 1, True))]
     for other in runs[1:]:
@@ -423,7 +424,7 @@ def test_a_sigkilled_driver_resumed_is_bit_identical(tmp_path):
 
     from nbody_dask.storage import committed_snapshots
 
-    run = ["run", "--ic", "clumps", "-n", "1500", "--box-size", "1", "--steps", "80", "--dt",
+    run = ["run", "--ic", "clumps", "-n", "1500", "--box-size", "1", "--steps", "40", "--dt",
            "0.005", "--softening", "0.005", "--snapshot-every", "5", "--tile-size", "500",
            "--method", "treepm", "--no-progress"]
     reference = tmp_path / "reference.zarr"
