@@ -137,3 +137,46 @@ def own_s3():
     """A moto S3 server of the test's own, and its process (to kill or pause)."""
     with _moto_server() as (server, process):
         yield server, process
+
+
+def _interrupt_cli_run(arguments: list[str], store, snapshots: int, signum: int
+                       ) -> tuple[int, str]:
+    """Start ``nbody-dask`` with ``arguments`` (a run writing to the local ``store``), send
+    it ``signum`` once ``snapshots`` snapshots are committed, and return its exit code and
+    standard error (the orphaned workers of a killed driver are killed too)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from nbody_dask.storage import committed_snapshots
+
+    proc = subprocess.Popen([sys.executable, "-m", "nbody_dask.cli", *arguments],
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert proc.poll() is None
+            try:
+                if (store / "nbody" / "zarr.json").exists() and \
+                        committed_snapshots(store) >= snapshots:
+                    break
+            except (ValueError, OSError):
+                pass
+            time.sleep(0.02)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # a killed driver's orphaned workers
+        except ProcessLookupError:
+            pass
+    return proc.returncode, err
+
+
+@pytest.fixture
+def interrupt_cli_run():
+    """``interrupt_cli_run(arguments, store, snapshots, signum) -> (returncode, stderr)``:
+    a CLI run interrupted by a signal once it has committed ``snapshots`` snapshots."""
+    return _interrupt_cli_run

@@ -415,12 +415,10 @@ def test_the_rows_layout_gives_the_bits_of_the_pairs_layout(client):
 
 
 @pytest.mark.slow
-def test_a_sigkilled_driver_resumed_is_bit_identical(tmp_path):
+def test_a_sigkilled_driver_resumed_is_bit_identical(tmp_path, interrupt_cli_run):
     """A CLI driver running TreePM on 3 spatial tiles is SIGKILLed after 3 snapshots, then
     resumed: the store equals an uninterrupted run's."""
-    import os
     import signal
-    import time
 
     from nbody_dask.storage import committed_snapshots
 
@@ -431,26 +429,8 @@ def test_a_sigkilled_driver_resumed_is_bit_identical(tmp_path):
     subprocess.run([sys.executable, "-m", "nbody_dask.cli", *run, "--store", str(reference)],
                    check=True, timeout=300)
     store = tmp_path / "killed.zarr"
-    proc = subprocess.Popen([sys.executable, "-m", "nbody_dask.cli", *run, "--store",
-                             str(store)], stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            assert proc.poll() is None
-            try:
-                if (store / "nbody" / "zarr.json").exists() and committed_snapshots(store) >= 3:
-                    break
-            except (ValueError, OSError):
-                pass
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=60)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    returncode, err = interrupt_cli_run([*run, "--store", str(store)], store, 3, signal.SIGKILL)
+    assert returncode == -9, err
     whole = nbody_dask.open_trajectory(reference).load()
     assert 3 <= committed_snapshots(store) < whole.sizes["time"]
     subprocess.run([sys.executable, "-m", "nbody_dask.cli", "resume", str(store),

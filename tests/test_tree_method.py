@@ -203,37 +203,17 @@ def cli_reference(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGKILL, -9), (signal.SIGTERM, 143)])
-def test_interrupted_driver_resumed_is_bit_identical(tmp_path, cli_reference, signum, code):
+def test_interrupted_driver_resumed_is_bit_identical(tmp_path, cli_reference, signum, code,
+                                                     interrupt_cli_run):
     """A CLI driver running the tree is SIGKILLed (no chance to clean up) or SIGTERMed
     (commits and exits) after 3 snapshots, then resumed: the store equals an uninterrupted
     run's, re-tiles included."""
-    import os
-    import time
-
     from nbody_dask.storage import committed_snapshots
 
     store = tmp_path / "interrupted.zarr"
-    proc = subprocess.Popen([sys.executable, "-m", "nbody_dask.cli", "run", *CLI_RUN,
-                             "--store", str(store)], stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            assert proc.poll() is None
-            try:
-                if (store / "nbody" / "zarr.json").exists() and committed_snapshots(store) >= 3:
-                    break
-            except (ValueError, OSError):
-                pass
-            time.sleep(0.02)
-        proc.send_signal(signum)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # a killed driver's orphaned workers
-        except ProcessLookupError:
-            pass
-    assert proc.returncode == code, err
+    returncode, err = interrupt_cli_run(["run", *CLI_RUN, "--store", str(store)], store, 3,
+                                        signum)
+    assert returncode == code, err
     if signum == signal.SIGTERM:
         assert "interrupted by SIGTERM" in err and "Traceback" not in err
     assert 3 <= committed_snapshots(store) < cli_reference.sizes["time"]
