@@ -38,12 +38,15 @@ import numpy as np
 from numba import njit, prange
 
 from .law import JIT_OPTIONS as _JIT
-from .law import fast_short_range, inverse_distance, short_range_constants
+from .law import fast_short_range, inverse_distance, short_range, short_range_constants
 from .octree import TileTree
 from .walk import group_sphere
 
 __all__ = ["cell_spread", "short_p2p", "short_pairs", "short_m2p", "short_walk_sorted",
            "spread_of", "short_walk"]
+
+
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
 @njit(**_JIT)
@@ -100,24 +103,15 @@ def _pair(dx, dy, dz, m, eps2, cut2, split, zero, one):
 @njit(**_JIT)
 def _within(tx, ty, tz, lo, hi, xs, ys, zs, ms, reach, kept):
     """Copy into ``kept`` (4, ns) the sources within ``reach`` of the bounding sphere of
-    targets ``lo:hi``, in their order; return how many."""
-    one = np.ones(1, dtype=tx.dtype)[0]
-    half = one / (one + one)
-    x0 = x1 = tx[lo]
-    y0 = y1 = ty[lo]
-    z0 = z1 = tz[lo]
-    for i in range(lo + 1, hi):
-        x0, x1 = min(x0, tx[i]), max(x1, tx[i])
-        y0, y1 = min(y0, ty[i]), max(y1, ty[i])
-        z0, z1 = min(z0, tz[i]), max(z1, tz[i])
-    cx, cy, cz = half * (x0 + x1), half * (y0 + y1), half * (z0 + z1)
-    radius = half * np.sqrt((x1 - x0) ** 2 + (y1 - y0) ** 2 + (z1 - z0) ** 2)
+    targets ``lo:hi`` (:func:`~nbody_dask.kernels.walk.group_sphere`), in their order;
+    return how many."""
+    gx, gy, gz, radius = group_sphere(tx, ty, tz, lo, hi)
     # a margin of 1/1000: no source within the cutoff of a target is left out by rounding
-    limit = (reach + radius) * (one + one / (one + one) ** 10)
+    limit = (float(reach) + radius) * (1.0 + 1.0 / 1024)
     limit2 = limit * limit
     count = 0
     for j in range(xs.shape[0]):
-        dx, dy, dz = xs[j] - cx, ys[j] - cy, zs[j] - cz
+        dx, dy, dz = float(xs[j]) - gx, float(ys[j]) - gy, float(zs[j]) - gz
         if dx * dx + dy * dy + dz * dz <= limit2:
             kept[0, count], kept[1, count], kept[2, count] = xs[j], ys[j], zs[j]
             kept[3, count] = ms[j]
@@ -300,24 +294,23 @@ def _expands(kappa, u, theta3):
     expansion of the Gaussian converges with ``kappa``)."""
     if kappa > 2.0:
         return False
-    g = math.erfc(u) + 1.1283791670955126 * u * math.exp(-u * u)
+    g, _ = short_range(u, 1.0, _TWO_OVER_SQRT_PI)
     return kappa * kappa * kappa * g <= theta3
 
 
 @njit(**_JIT)
 def _group_forces(targets, lo, hi, sources, spread, eps2, theta, law, cells64, moments,
-                  scratch, buffer, rows):
+                  buffer, rows):
     """Short-range forces on targets ``lo:hi`` (a leaf of the target tree) by one walk of
     the source tree (:attr:`TileTree.sources`); ``cells64`` is (box, cutoff, r_s) in float64,
-    ``spread`` the source cells' :func:`cell_spread`, ``scratch`` an int64 list of accepted
-    cells and an (11, cells) array for their moments
-    as seen from the group (the nearest image of the centre of mass)."""
+    ``spread`` the source cells' :func:`cell_spread`, ``moments`` (cells, 11) in the run's
+    dtype for the accepted cells' moments as seen from the group (the nearest image of the
+    centre of mass), ``buffer`` (4, k) for the opened leaves' bodies (grown if too small)."""
     tx, ty, tz = targets[0], targets[1], targets[2]
     x, y, z, m, start, end, skip, leaf = sources[:8]
     mass, com, bmax, acceptable = sources[8], sources[9], sources[11], sources[12]
     quad = sources[10]
     box, cutoff = cells64[0], cells64[1]
-    accepted, gathered = scratch
     n_cells = start.shape[0]
     gcx, gcy, gcz, radius = group_sphere(tx, ty, tz, lo, hi)
     n_acc = n_src = 0
@@ -344,13 +337,13 @@ def _group_forces(targets, lo, hi, sources, spread, eps2, theta, law, cells64, m
               and dist + radius + bmax[k] <= half_box
               and _expands(bmax[k] * (dist + radius) * inv_2rs2,
                            max(dist - radius - bmax[k], 0.0) * inv_2rs, theta3)):
-            gathered[0, n_acc] = mass[k]
-            gathered[1, n_acc] = gcx + dx
-            gathered[2, n_acc] = gcy + dy
-            gathered[3, n_acc] = gcz + dz
+            moments[n_acc, 0] = mass[k]
+            moments[n_acc, 1] = gcx + dx
+            moments[n_acc, 2] = gcy + dy
+            moments[n_acc, 3] = gcz + dz
             for r in range(6):
-                gathered[4 + r, n_acc] = quad[r, k]
-            gathered[10, n_acc] = spread[k]
+                moments[n_acc, 4 + r] = quad[r, k]
+            moments[n_acc, 10] = spread[k]
             n_acc += 1
             k = skip[k]
         elif leaf[k]:
@@ -378,9 +371,6 @@ def _group_forces(targets, lo, hi, sources, spread, eps2, theta, law, cells64, m
     else:
         short_p2p(tx[lo:hi], ty[lo:hi], tz[lo:hi], buffer[0, :n_src], buffer[1, :n_src],
                   buffer[2, :n_src], buffer[3, :n_src], eps2, law, part)
-    for c in range(n_acc):
-        for r in range(11):
-            moments[c, r] = gathered[r, c]
     short_m2p(tx[lo:hi], ty[lo:hi], tz[lo:hi], moments, n_acc, eps2, law, part)
     return part, buffer
 
@@ -403,14 +393,13 @@ def short_walk_sorted(targets, sources, spread, eps2, theta, law, cells64, with_
     n_groups = groups.shape[0]
     chunks = max(1, min(chunks, n_groups))
     for chunk in prange(chunks):
-        scratch = (np.empty(n_cells, dtype=np.int64), np.empty((11, n_cells)))
         moments = np.empty((n_cells, 11), dtype=dtype)
         buffer = np.empty((4, 4096), dtype=dtype)
         for g in range(chunk * n_groups // chunks, (chunk + 1) * n_groups // chunks):
             cell = groups[g]
             lo, hi = tstart[cell], tend[cell]
             part, buffer = _group_forces(targets, lo, hi, sources, spread, eps2, theta, law,
-                                         cells64, moments, scratch, buffer, rows)
+                                         cells64, moments, buffer, rows)
             out[:, lo:hi] = part
     return out
 
