@@ -23,7 +23,7 @@ import dask.array as da
 import numpy as np
 import scipy.fft
 
-from .kernels.pm import POINTS
+from .kernels import pm
 
 __all__ = ["rfftn", "irfftn", "long_range", "pencils"]
 
@@ -108,33 +108,17 @@ def _like(chunks: tuple, length: int) -> tuple:
 
 def _green_block(block: np.ndarray, n: int, box: float, split: float, assignment: str,
                  derivative: int | None, block_info=None) -> np.ndarray:
-    """One chunk of the spectrum times the long-range Green's function, the window
-    deconvolved twice, and ``i k`` along axis ``derivative`` (None: the potential's
-    ``-1``), with the wave numbers of the chunk's place in the spectrum."""
-    where = block_info[0]["array-location"]
-    h = box / n
+    """One chunk of the spectrum times the long-range Green's function and ``i k`` along
+    axis ``derivative`` (None: the potential's ``-1``), with the wave numbers of the chunk's
+    place in the spectrum (:func:`nbody_dask.kernels.pm.green_function`,
+    :func:`~nbody_dask.kernels.pm.gradient`)."""
+    where = tuple(block_info[0]["array-location"])
     ftype = np.float32 if block.dtype == np.complex64 else np.float64
-    full = [scipy.fft.fftfreq(n, h), scipy.fft.fftfreq(n, h), scipy.fft.rfftfreq(n, h)]
-    k = [(2 * np.pi * full[a][lo:hi]).astype(ftype) for a, (lo, hi) in enumerate(where)]
-    kx, ky, kz = k[0][:, None, None], k[1][None, :, None], k[2][None, None, :]
-    k2 = kx * kx + ky * ky + kz * kz
-    origin = k2 == 0
-    k2 = np.where(origin, ftype(1), k2)
-
-    def window(q: np.ndarray) -> np.ndarray:
-        return np.sinc(q * ftype(h / (2 * np.pi))) ** POINTS[assignment]
-
-    green = ftype(4 * np.pi / h**3) * np.exp(-k2 * ftype(split * split)) / (
-        k2 * (window(kx) * window(ky) * window(kz)) ** 2)
-    green = np.where(origin, ftype(0), green)
+    k = pm.wave_numbers(n, box, ftype, where)
+    green = pm.green_function(k, n, box, split, assignment)
     if derivative is None:
         return -(block * green)
-    factor = 1j * [kx, ky, kz][derivative]
-    if n % 2 == 0:  # the Nyquist plane's derivative is not real: drop it
-        lo, hi = where[derivative]
-        index = np.arange(lo, hi).reshape([-1 if a == derivative else 1 for a in range(3)])
-        factor = np.where(index == n // 2, 0, factor)
-    return block * green * factor
+    return block * green * pm.gradient(k, derivative, where, n)
 
 
 def long_range(mesh: da.Array, box: float, split: float, with_potential: bool,

@@ -34,7 +34,8 @@ import numpy as np
 import scipy.fft
 from numba import njit
 
-__all__ = ["Region", "LongRange", "POINTS", "cell_span", "deposit", "mesh_sum", "long_range",
+__all__ = ["Region", "LongRange", "POINTS", "cell_span", "deposit", "mesh_sum", "wave_numbers",
+           "green_function", "gradient", "long_range",
            "interpolate", "interpolate_planes", "potential_offset", "slab_sum", "overlaps"]
 
 
@@ -153,11 +154,47 @@ def mesh_sum(n: int, dtype: str, *parts: Region | np.ndarray) -> np.ndarray:
     return total
 
 
-def _wave_numbers(n: int, box: float, dtype: type, real: bool) -> np.ndarray:
-    """Angular wave numbers of an ``n``-point axis (``rfftfreq`` for the last one)."""
+def wave_numbers(n: int, box: float, dtype: type, where: tuple) -> tuple[np.ndarray, ...]:
+    """The angular wave numbers ``(kx, ky, kz)`` of the points ``where`` (a ``(lo, hi)``
+    range an axis) of the real FFT's spectrum of an ``n``-cube of side ``box`` (``rfftfreq``
+    along the last axis), in ``dtype``, shaped to broadcast against each other."""
     h = box / n
-    k = (scipy.fft.rfftfreq(n, h) if real else scipy.fft.fftfreq(n, h)) * 2 * np.pi
-    return k.astype(dtype)
+    full = (scipy.fft.fftfreq(n, h), scipy.fft.fftfreq(n, h), scipy.fft.rfftfreq(n, h))
+    return tuple((freq * 2 * np.pi)[lo:hi].astype(dtype).reshape(
+        [-1 if a == axis else 1 for a in range(3)])
+        for axis, (freq, (lo, hi)) in enumerate(zip(full, where, strict=True)))
+
+
+def green_function(k: tuple[np.ndarray, ...], n: int, box: float, split: float,
+                   assignment: str) -> np.ndarray:
+    """The long-range Green's function on the wave numbers ``k`` (:func:`wave_numbers`):
+    ``4 pi exp(-k^2 r_s^2) / k^2`` per mesh cell volume, divided by the assignment's window
+    twice (once for the deposit, once for the interpolation); zero at ``k = 0`` (the mean
+    density is subtracted)."""
+    kx, ky, kz = k
+    ftype = kx.dtype.type
+    h = box / n
+    k2 = kx * kx + ky * ky + kz * kz
+    origin = k2 == 0
+    k2 = np.where(origin, ftype(1), k2)
+
+    def window(q: np.ndarray) -> np.ndarray:  # the assignment's window along an axis
+        return np.sinc(q * ftype(h / (2 * np.pi))) ** POINTS[assignment]
+
+    deconvolve = (window(kx) * window(ky) * window(kz)) ** 2
+    green = ftype(4 * np.pi / h**3) * np.exp(-k2 * ftype(split * split)) / (k2 * deconvolve)
+    return np.where(origin, ftype(0), green)
+
+
+def gradient(k: tuple[np.ndarray, ...], axis: int, where: tuple, n: int) -> np.ndarray:
+    """The spectral derivative ``i k`` along ``axis`` on the points ``where`` of the
+    spectrum, the Nyquist plane's set to zero (its derivative is not real)."""
+    factor = 1j * k[axis]
+    if n % 2:
+        return factor
+    lo, hi = where[axis]
+    index = np.arange(lo, hi).reshape([-1 if a == axis else 1 for a in range(3)])
+    return np.where(index == n // 2, 0, factor)
 
 
 def long_range(mesh: np.ndarray, box: float, split: float, with_potential: bool,
@@ -167,31 +204,11 @@ def long_range(mesh: np.ndarray, box: float, split: float, with_potential: bool,
     ``assignment``) of a periodic cube of side ``box``; ``split`` is ``r_s`` in length
     units. FFTs by ``scipy.fft`` on ``workers`` threads, in the mesh's dtype."""
     n = mesh.shape[0]
-    ftype = mesh.dtype.type
-    h = box / n
-    kx = _wave_numbers(n, box, ftype, False)[:, None, None]
-    ky = _wave_numbers(n, box, ftype, False)[None, :, None]
-    kz = _wave_numbers(n, box, ftype, True)[None, None, :]
-    k2 = kx * kx + ky * ky + kz * kz
-    k2[0, 0, 0] = 1  # the mean density is subtracted: the k = 0 mode is set to zero below
-
-    def window(k: np.ndarray) -> np.ndarray:  # the assignment's window along an axis
-        return np.sinc(k * ftype(h / (2 * np.pi))) ** POINTS[assignment]
-
-    deconvolve = (window(kx) * window(ky) * window(kz)) ** 2
-    green = ftype(4 * np.pi / h**3) * np.exp(-k2 * ftype(split * split)) / (k2 * deconvolve)
-    green[0, 0, 0] = 0
-    psi = scipy.fft.rfftn(mesh, workers=workers) * green
-    nyquist = n // 2 if n % 2 == 0 else None
-    fields = []
-    for axis, k in enumerate((kx, ky, kz)):
-        derivative = 1j * k
-        if nyquist is not None:  # the Nyquist plane: its derivative is not real, drop it
-            index = [slice(None)] * 3
-            index[axis] = slice(nyquist, nyquist + 1)
-            derivative = derivative.copy()
-            derivative[tuple(index)] = 0
-        fields.append(scipy.fft.irfftn(psi * derivative, s=mesh.shape, workers=workers))
+    where = ((0, n), (0, n), (0, n // 2 + 1))
+    k = wave_numbers(n, box, mesh.dtype.type, where)
+    psi = scipy.fft.rfftn(mesh, workers=workers) * green_function(k, n, box, split, assignment)
+    fields = [scipy.fft.irfftn(psi * gradient(k, axis, where, n), s=mesh.shape,
+                               workers=workers) for axis in range(3)]
     if with_potential:
         fields.append(-scipy.fft.irfftn(psi, s=mesh.shape, workers=workers))
     return LongRange(np.stack(fields).astype(mesh.dtype), float(mesh.sum(dtype=np.float64)))
