@@ -34,7 +34,7 @@ __all__ = ["Forces", "Closing", "Walk", "PairForces", "pair_forces", "symmetric_
            "close", "close_row", "close_tree_row", "write_and_measure", "merge_picked",
            "append", "Periodic", "ShortTree", "ewald_pair_forces", "ewald_factors",
            "ewald_long_forces", "short_tree", "refit_short_tree", "short_pair_forces",
-           "mesh_deposit", "mesh_sum", "mesh_solve", "mesh_forces", "periodic_layout",
+           "mesh_deposit", "mesh_solve", "mesh_forces", "periodic_layout",
            "mesh_slab", "mesh_mass", "mesh_forces_from_slabs", "close_short_row"]
 
 
@@ -280,12 +280,6 @@ def short_pair_forces(target: ShortTree, source: ShortTree, forces: Forces,
 def mesh_deposit(tile: Tile, periodic: Periodic) -> pm.Region:
     """The tile's partial mesh (TSC mass on the region its bodies touch)."""
     return pm.deposit(tile.position, tile.mass, periodic.box, periodic.mesh, "tsc")
-
-
-def mesh_sum(mesh: int, dtype: str, *parts: pm.Region | np.ndarray) -> np.ndarray:
-    """Partial meshes added in order on the whole mesh (:func:`~nbody_dask.kernels.pm.
-    mesh_sum`)."""
-    return pm.mesh_sum(mesh, dtype, *parts)
 
 
 def mesh_solve(periodic: Periodic, dtype: str, with_potential: bool,

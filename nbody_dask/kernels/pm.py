@@ -142,16 +142,8 @@ def deposit(position: np.ndarray, mass: np.ndarray, box: float, n: int,
 
 def mesh_sum(n: int, dtype: str, *parts: Region | np.ndarray) -> np.ndarray:
     """The sum of partial meshes (:class:`Region` s or whole meshes) in the order given, on
-    the whole ``n``-cube mesh in ``dtype``."""
-    total = np.zeros((n, n, n), dtype=dtype)
-    for part in parts:
-        if isinstance(part, Region):
-            index = np.ix_(*[(lo + np.arange(size)) % n
-                             for lo, size in zip(part.start, part.values.shape, strict=True)])
-            total[index] += part.values
-        else:
-            total += part
-    return total
+    the whole ``n``-cube mesh in ``dtype``: :func:`slab_sum` of every plane."""
+    return slab_sum(n, dtype, 0, n, *parts)
 
 
 def wave_numbers(n: int, box: float, dtype: type, where: tuple) -> tuple[np.ndarray, ...]:

@@ -31,7 +31,7 @@ float32, travels to every tile's interpolation task.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import dask.array as da
 
@@ -180,11 +180,9 @@ def _one_task_mesh(ev: Evaluation, dsk: Graph, tiles: list, deposits: list[str],
     plan = ev.plan
     meshes = reduce_in_order(dsk, deposits, plan.groups(),
                              lambda level, g: ev.key(f"meshsum{level}", g),
-                             tasks.mesh_sum, plan.mesh_size, plan.dtype)
-    solve = tasks.Periodic(periodic.box, periodic.mesh, periodic.split, periodic.cutoff,
-                           periodic.theta, ev.threads)
-    dsk[ev.key("fft")] = (tasks.mesh_solve, solve, plan.dtype, ev.forces.with_potential,
-                          *meshes)
+                             tasks.mesh_slab, plan.mesh_size, plan.dtype, 0, plan.mesh_size)
+    dsk[ev.key("fft")] = (tasks.mesh_solve, replace(periodic, threads=ev.threads), plan.dtype,
+                          ev.forces.with_potential, *meshes)
     out = [ev.key("long", i) for i in range(len(tiles))]
     for name, tile in zip(out, tiles, strict=True):
         dsk[name] = (tasks.mesh_forces, tile, ev.key("fft"), periodic)
