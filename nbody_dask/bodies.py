@@ -22,7 +22,7 @@ import xarray as xr
 from .plan import tile_bounds
 
 __all__ = ["make_bodies", "as_bodies", "Tile", "split_tiles", "resolve_dtype",
-           "check_fits_dtype", "wrap_positions"]
+           "check_fits_dtype", "wrap", "wrap_positions"]
 
 AXES = ("x", "y", "z")
 _DTYPES = {"float32": np.float32, "float64": np.float64}
@@ -240,15 +240,23 @@ def _check_shapes(pos: np.ndarray, vel: np.ndarray, m: np.ndarray) -> None:
         raise ValueError(f"mass must have shape ({n},) to match position, got {m.shape}")
 
 
+def wrap(position: np.ndarray, box: float) -> np.ndarray:
+    """Positions moved by whole box sides into ``[0, box)``, in their dtype (a value that
+    rounds up to ``box`` becomes 0)."""
+    side = position.dtype.type(box)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = position - side * np.floor(position / side)
+    return np.where(out >= side, out - side, out)
+
+
 def wrap_positions(ds: xr.Dataset, box: float | None) -> xr.Dataset:
-    """The body set with positions moved by whole box sides into ``[0, box)`` (float64), for
-    a periodic cube of side ``box``; ``ds`` itself when ``box`` is None or every body is
-    inside already."""
+    """The body set with positions moved by whole box sides into ``[0, box)`` (:func:`wrap`
+    in float64), for a periodic cube of side ``box``; ``ds`` itself when ``box`` is None or
+    every body is inside already."""
     if box is None:
         return ds
     position = ds["position"].values.astype(np.float64)
-    wrapped = position - box * np.floor(position / box)
-    wrapped[wrapped >= box] -= box
+    wrapped = wrap(position, box)
     if np.array_equal(wrapped, position):
         return ds
     return ds.assign(position=ds["position"].copy(data=wrapped.astype(ds["position"].dtype)))

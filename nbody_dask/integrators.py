@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .bodies import Tile
+from .bodies import Tile, wrap
 
-__all__ = ["open_step", "close_step", "wrap", "check_finite", "NonFiniteStateError",
-           "INTEGRATOR"]
+__all__ = ["open_step", "close_step", "check_finite", "NonFiniteStateError", "INTEGRATOR"]
 
 INTEGRATOR = "leapfrog-kdk"
 
@@ -35,15 +34,6 @@ def open_step(tile: Tile, dt: float, box: float | None = None) -> Tile:
     if box is not None:
         x_new = wrap(x_new, box)
     return tile.evolve(position=x_new, velocity=v_half, acceleration=None, potential=None)
-
-
-def wrap(position: np.ndarray, box: float) -> np.ndarray:
-    """Positions moved by whole box sides into ``[0, box)``, in their dtype (a value that
-    rounds up to ``box`` becomes 0)."""
-    side = position.dtype.type(box)
-    with np.errstate(over="ignore", invalid="ignore"):
-        out = position - side * np.floor(position / side)
-    return np.where(out >= side, out - side, out)
 
 
 def close_step(tile: Tile, forces: np.ndarray, G: float, dt: float | None) -> Tile:
