@@ -85,6 +85,15 @@ class RunArguments:
             raise ValueError(f"{exc} (method={asked!r} chose {method!r} for {n} bodies)"
                              ) from None
 
+    def in_code_units(self, attrs: dict[str, Any]) -> RunArguments:
+        """These arguments with the quantities among ``dt``, ``softening`` and
+        ``box_size`` converted to the code units of a body set's unit system ``attrs``
+        (:func:`~nbody_dask.units.code_value`: a ValueError naming the parameter for a
+        quantity of the wrong kind or bodies without units)."""
+        return replace(self, dt=code_value("dt", self.dt, attrs, "time"),
+                       softening=code_value("softening", self.softening, attrs, "length"),
+                       box_size=code_value("box_size", self.box_size, attrs, "length"))
+
     def check_resume(self, plan: Plan) -> None:
         """Refuse an argument given on resume that differs from the stored ``plan``'s."""
         for field in fields(self):
@@ -111,10 +120,7 @@ def fresh_start(bodies: Any, store: Any, storage_options: dict | None, overwrite
     if args.G not in (None, 1) and declares_units(ds.attrs):
         raise ValueError(f"G={args.G!r}: the bodies are in physical units, whose code units "
                          "set G = 1 (nbody_dask.units); leave G out")
-    args = replace(args, dt=code_value("dt", args.dt, ds.attrs, "time"),
-                   softening=code_value("softening", 0.0 if args.softening is None
-                                        else args.softening, ds.attrs, "length"),
-                   box_size=code_value("box_size", args.box_size, ds.attrs, "length"))
+    args = args.in_code_units(ds.attrs)
     plan = args.plan(ds.sizes["body"])
     check_fits_dtype(ds, plan.dtype, dt=plan.dt, softening=plan.softening, G=plan.G,
                      dt_half=0.5 * plan.dt, softening_squared=plan.softening**2,
@@ -142,9 +148,7 @@ def resume_point(bodies: Any, store: Any, storage_options: dict | None, overwrit
     refuse_if_in_use(path)
     ds = open_trajectory(path)  # validates the store
     plan = stored_plan(ds, check_backend(config.get("backend", args.backend)))
-    args = replace(args, dt=code_value("dt", args.dt, ds.attrs, "time"),
-                   softening=code_value("softening", args.softening, ds.attrs, "length"),
-                   box_size=code_value("box_size", args.box_size, ds.attrs, "length"))
+    args = args.in_code_units(ds.attrs)
     args.check_resume(plan)
     if ds.sizes["time"] == 0:
         raise ValueError(f"store {str(path)!r} has no committed snapshot to resume from; "

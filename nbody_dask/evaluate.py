@@ -7,7 +7,6 @@ They plan and submit like a run of zero steps (:mod:`nbody_dask.graph`,
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -21,7 +20,6 @@ from .bodies import as_bodies, check_fits_dtype, resolve_dtype, split_tiles, wra
 from .clusters import client_context
 from .driver import run_token, settle, submit_pieces
 from .graph import body_order, initial_pieces, snapshot_graph
-from .units import code_value
 
 __all__ = ["accelerations", "potential_energy", "force_accuracy", "evaluate_once"]
 
@@ -31,9 +29,7 @@ def evaluate_once(bodies: Any, args: RunArguments, client: Client | None,
     """Evaluate forces once on the cluster: the tiles in body order, or (``with_potential``)
     the diagnostics vector (small outputs only)."""
     ds = as_bodies(bodies)
-    args = replace(args, softening=code_value("softening", args.softening, ds.attrs,
-                                              "length"),
-                   box_size=code_value("box_size", args.box_size, ds.attrs, "length"))
+    args = args.in_code_units(ds.attrs)
     plan = args.plan(ds.sizes["body"])
     check_fits_dtype(ds, plan.dtype, softening=plan.softening, G=plan.G,
                      softening_squared=plan.softening**2)
