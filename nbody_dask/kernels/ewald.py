@@ -161,9 +161,9 @@ def reciprocal_space(tx, ty, tz, box, alpha, vectors, factors, total_mass):
     volume = box * box * box
     top = int(np.abs(vectors).max()) if nk else 0
     coefficient = np.empty(nk)
+    scale = 2 * np.pi / box  # k = scale n
     for k in range(nk):
-        kx, ky, kz = (2 * np.pi / box) * vectors[k, 0], (2 * np.pi / box) * vectors[k, 1], \
-            (2 * np.pi / box) * vectors[k, 2]
+        kx, ky, kz = scale * vectors[k, 0], scale * vectors[k, 1], scale * vectors[k, 2]
         k2 = kx * kx + ky * ky + kz * kz
         # both halves of k-space: 2 x (4 pi / V) exp(-k^2 / 4 alpha^2) / k^2
         coefficient[k] = 8 * np.pi / volume * np.exp(-k2 / (4 * alpha * alpha)) / k2
@@ -175,7 +175,6 @@ def reciprocal_space(tx, ty, tz, box, alpha, vectors, factors, total_mass):
             a, b, c = vectors[k, 0] + top, vectors[k, 1] + top, vectors[k, 2] + top
             p = np.conj(phases[0, a] * phases[1, b] * phases[2, c]) * factors[k]
             f = coefficient[k] * p.imag  # sum_j m_j sin(k . (x_j - x))
-            scale = 2 * np.pi / box
             ax += f * scale * vectors[k, 0]
             ay += f * scale * vectors[k, 1]
             az += f * scale * vectors[k, 2]
