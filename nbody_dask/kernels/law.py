@@ -99,9 +99,9 @@ _U_MAX = 6.0
 def short_range_constants(split: float, dtype) -> np.ndarray:
     """What :func:`fast_short_range` reads, in ``dtype``: ``1 / (2 r_s)``, ``2 / sqrt(pi)``,
     the erfc approximation's ``p`` and ``a1..a5``, ``1 / 64`` and the largest ``r / 2 r_s``
-    it evaluates (6)."""
+    it evaluates (6), then ``1 / k!`` for ``k = 0..6`` (exp's Taylor coefficients)."""
     return np.array([0.5 / split, 2.0 / math.sqrt(math.pi), _ERFC_P, *_ERFC_A, 1.0 / 64,
-                     _U_MAX], dtype=dtype)
+                     _U_MAX, *(1.0 / math.factorial(k) for k in range(7))], dtype=dtype)
 
 
 @njit(inline="always", **JIT_OPTIONS)
@@ -117,15 +117,10 @@ def fast_short_range(r, law, one):
     inside = u < law[9]
     u = u if inside else law[9]
     z = -(u * u) * law[8]  # -u^2 / 64, in [-0.57, 0]
-    two = one + one
-    three = two + one
-    # exp(z) = 1 + z (1 + z/2 (1 + z/3 (1 + z/4 (1 + z/5 (1 + z/6)))))
-    q = one + z / (three + three)
-    q = one + z / (two + three) * q
-    q = one + z / (two + two) * q
-    q = one + z / three * q
-    q = one + z / two * q
-    q = one + z * q
+    # exp(z) = sum z^k / k!, k = 0..6, by Horner's rule (one multiply-add a degree)
+    q = law[16]
+    for k in range(15, 9, -1):
+        q = q * z + law[k]
     for _ in range(6):
         q = q * q
     q = q if inside else one - one
