@@ -1,9 +1,10 @@
 """The short-range force of TreePM: a periodic group walk with a cutoff (no Dask).
 
 The short-range part of gravity (:func:`~nbody_dask.kernels.law.short_range`, scale
-``r_s``) falls off as ``exp(-r^2 / 4 r_s^2)``; beyond ``cutoff`` it is dropped. Each leaf of
-a target tree (:mod:`~nbody_dask.kernels.octree`) walks a source tree once, as the isolated
-walk (:mod:`~nbody_dask.kernels.walk`) does, with three changes:
+``r_s``) falls off as ``exp(-r^2 / 4 r_s^2)``; beyond ``cutoff`` it is dropped. Each group
+of a target tree (:mod:`~nbody_dask.kernels.octree`; :func:`target_groups`: cells of up to
+:data:`GROUP_TARGETS` bodies) walks a source tree once, as a leaf of the isolated walk
+(:mod:`~nbody_dask.kernels.walk`) does, with three changes:
 
 * distances are minimum images in the periodic cube of side ``box`` (``cutoff < box / 2``,
   so at most one image of a body is within reach);
@@ -44,8 +45,8 @@ from .law import fast_short_range, inverse_distance, short_range_constants
 from .octree import TileTree
 from .walk import group_sphere
 
-__all__ = ["cell_spread", "short_p2p", "short_pairs", "short_m2p", "short_walk_sorted",
-           "spread_of", "short_walk"]
+__all__ = ["GROUP_TARGETS", "PICK", "cell_spread", "short_m2p", "short_p2p", "short_pairs",
+           "short_walk", "short_walk_sorted", "spread_of", "target_groups"]
 
 
 #: Targets that share one pick of sources (:func:`_pick`), evaluated four at a time: a
@@ -311,7 +312,7 @@ def _expands(kappa, r, split64, theta3):
 @njit(**_JIT)
 def _group_forces(targets, lo, hi, sources, spread, eps2, theta, law, cells64, moments,
                   leaves, buffer, rows):
-    """Short-range forces on targets ``lo:hi`` (a leaf of the target tree) by one walk of
+    """Short-range forces on targets ``lo:hi`` (a group of the target tree) by one walk of
     the source tree (:attr:`TileTree.sources`); ``cells64`` is (box, cutoff, r_s) and
     :func:`~nbody_dask.kernels.law.short_range_constants` in float64,
     ``spread`` the source cells' :func:`cell_spread`, ``moments`` (11, cells) in the run's
@@ -410,12 +411,12 @@ def _group_forces(targets, lo, hi, sources, spread, eps2, theta, law, cells64, m
 
 
 @njit(parallel=True, **_JIT)
-def short_walk_sorted(targets, sources, spread, eps2, theta, law, cells64, with_potential,
-                      chunks):
+def short_walk_sorted(targets, groups, sources, spread, eps2, theta, law, cells64,
+                      with_potential, chunks):
     """Short-range forces (G = 1) on the bodies of a target tree by the bodies of a source
-    tree, one periodic group walk per target leaf (see the module docstring); in the
-    targets' sorted order, shape (3, nt) or (4, nt)."""
-    tx, tstart, tend, tleaf = targets[0], targets[3], targets[4], targets[5]
+    tree, one periodic group walk per target cell of ``groups`` (:func:`target_groups`; see
+    the module docstring); in the targets' sorted order, shape (3, nt) or (4, nt)."""
+    tx, tstart, tend = targets[0], targets[3], targets[4]
     nt = tx.shape[0]
     dtype = tx.dtype
     rows = 4 if with_potential else 3
@@ -423,7 +424,6 @@ def short_walk_sorted(targets, sources, spread, eps2, theta, law, cells64, with_
     if nt == 0 or sources[0].shape[0] == 0:
         return out
     n_cells = sources[4].shape[0]
-    groups = np.nonzero(tleaf)[0]
     n_groups = groups.shape[0]
     chunks = max(1, min(chunks, n_groups))
     for chunk in prange(chunks):
@@ -437,6 +437,30 @@ def short_walk_sorted(targets, sources, spread, eps2, theta, law, cells64, with_
                                          cells64, moments, leaves, buffer, rows)
             out[:, lo:hi] = part
     return out
+
+
+#: The most targets that walk the source tree together: the largest cells of the target
+#: tree with at most this many bodies (or leaves) are the groups. A walk and its gather
+#: cost about as much for 128 targets as for a leaf's dozen, and the sources are picked
+#: again for every :data:`PICK` of them; measured fastest of 16, 32, 64, 128 and 256.
+GROUP_TARGETS = 128
+
+
+@njit(**_JIT)
+def target_groups(start, end, skip, leaf, most):
+    """The cells of a tree (depth first, ``skip`` past each subtree) that walk as one
+    group: each leaf or cell of at most ``most`` bodies whose parent has more. They hold
+    every body once."""
+    groups = np.empty(start.shape[0], dtype=np.int64)
+    count = k = 0
+    while k < start.shape[0]:
+        if leaf[k] or end[k] - start[k] <= most:
+            groups[count] = k
+            count += 1
+            k = skip[k]
+        else:
+            k += 1
+    return groups[:count]
 
 
 def spread_of(tree: TileTree) -> np.ndarray:
@@ -462,8 +486,9 @@ def short_walk(target: TileTree, source: TileTree, eps2: Any, theta: float, box:
                           short_range_constants(split, dtype)])
     cells64 = np.concatenate([[box, cutoff, split], short_range_constants(split, np.float64)])
     spread = spread_of(source) if spread is None else spread
-    sorted_out = short_walk_sorted(target.targets, source.sources, spread, eps2, float(theta),
-                                   law, cells64, bool(with_potential),
+    groups = target_groups(target.start, target.end, target.skip, target.leaf, GROUP_TARGETS)
+    sorted_out = short_walk_sorted(target.targets, groups, source.sources, spread, eps2,
+                                   float(theta), law, cells64, bool(with_potential),
                                    8 * numba.get_num_threads())
     out = np.empty_like(sorted_out)
     out[:, target.order] = sorted_out
