@@ -19,14 +19,11 @@ of a target tree (:mod:`~nbody_dask.kernels.octree`; :func:`target_groups`: cell
   since that law's Laplacian (``3 h``) is not zero, the trace ``T`` of the cell's second
   moment adds ``T h / 2`` (:func:`cell_spread`).
 
-Only cells of more than 8 bodies are accepted (fewer cost about as much pair by pair). The
-opening test is the isolated walk's, ``|c - g| - radius > b_max / theta``. A test that
-also bounds the expansion of the Gaussian (``kappa^3 g <= theta^3``, ``kappa = b_max |d|
-/ 2 r_s^2``) was measured (262,144 bodies in 20 Plummer spheres, short-range error
-against the exact sum over the total force, 1,000 targets): 1.66 s for a median of 6.7e-5
-at theta 0.4, where this test gives 1.14 s for 5.9e-5 at theta 0.3 and 0.79 s for 1.3e-4
-at 0.4, with the same p99 (6-9e-4). Below theta 0.4 the cells it accepts within the
-cutoff are small beside ``r_s``.
+Only cells of more than 8 bodies are accepted (fewer cost about as much pair by pair), by
+the isolated walk's opening test, ``|c - g| - radius > b_max / theta``, and only where the
+Gaussian factor varies little across them: the short-range law falls off on the scale
+``r_s``, and expanded about the centre of mass it converges with ``kappa = b_max (|c - g| +
+radius) / 2 r_s^2``, not ``b_max / |d|``; cells need ``kappa <=`` :data:`KAPPA`.
 
 Opened leaves' bodies are gathered at their image nearest the group (one shift for a leaf
 whose bodies all share it) and summed pair by pair (P2P), those within the cutoff only:
@@ -49,9 +46,17 @@ from .law import fast_short_range, inverse_distance, short_range_constants
 from .octree import TileTree
 from .walk import group_sphere
 
-__all__ = ["GROUP_TARGETS", "PICK", "cell_spread", "short_m2p", "short_p2p", "short_pairs",
+__all__ = ["GROUP_TARGETS", "KAPPA", "PICK", "cell_spread", "short_m2p", "short_p2p", "short_pairs",
            "short_walk", "short_walk_sorted", "spread_of", "target_groups"]
 
+
+#: The largest ``kappa`` of an accepted cell (module docstring). Measured on 262,144 bodies
+#: at theta 0.4 (short-range error against the exact sum over the total force, 1,000
+#: targets): a uniform box has a median of 3.9e-6 and a p99 of 3.1e-5 at 2, 1.5e-4 p99 at 3,
+#: 4.2e-4 median without the bound; 20 Plummer spheres 1.1e-4 median at 2 in 1.0 s. The
+#: bound kappa^3 g(r) <= theta^3 (g the short-range factor) gave 6.7e-5 there in 1.66 s,
+#: where theta 0.3 with this one gives 5.2e-5 in 1.3 s.
+KAPPA = 2.0
 
 #: Targets that share one pick of sources (:func:`_pick`), evaluated four at a time: a
 #: larger group picks more sources beyond the cutoff of each target, a smaller one picks
@@ -299,7 +304,7 @@ def short_m2p(tx, ty, tz, moments, count, eps2, law, out):
 def _group_forces(targets, lo, hi, sources, spread, eps2, theta, law, cells64, moments,
                   leaves, buffer, rows):
     """Short-range forces on targets ``lo:hi`` (a group of the target tree) by one walk of
-    the source tree (:attr:`TileTree.sources`); ``cells64`` is (box, cutoff) in float64,
+    the source tree (:attr:`TileTree.sources`); ``cells64`` is (box, cutoff, r_s) in float64,
     ``spread`` the source cells' :func:`cell_spread`, ``moments`` (11, cells) in the run's
     dtype for the accepted cells' moments as seen from the group (the nearest image of the
     centre of mass), ``leaves`` (cells, 6) float64 for the opened leaves (their range in
@@ -323,6 +328,7 @@ def _group_forces(targets, lo, hi, sources, spread, eps2, theta, law, cells64, m
     half = side / (side + side)
     gx, gy, gz = tx.dtype.type(gcx), tx.dtype.type(gcy), tx.dtype.type(gcz)
     inv_theta = 1.0 / theta
+    inv_2rs2 = 0.5 / (cells64[2] * cells64[2])
     k = 0
     while k < n_cells:
         dx = _nearest(com[0, k] - gcx, box, inv_box, 0.5)
@@ -332,7 +338,8 @@ def _group_forces(targets, lo, hi, sources, spread, eps2, theta, law, cells64, m
         if dist - radius - bmax[k] > cutoff:
             k = skip[k]
         elif (end[k] - start[k] > 8 and acceptable[k]
-              and dist - radius > bmax[k] * inv_theta and dist + radius + bmax[k] <= half_box):
+              and dist - radius > bmax[k] * inv_theta and dist + radius + bmax[k] <= half_box
+              and bmax[k] * (dist + radius) * inv_2rs2 <= KAPPA):
             moments[0, n_acc] = mass[k]
             moments[1, n_acc] = gcx + dx
             moments[2, n_acc] = gcy + dy
@@ -465,7 +472,7 @@ def short_walk(target: TileTree, source: TileTree, eps2: Any, theta: float, box:
     dtype = target.x.dtype.type
     law = np.concatenate([np.array([box, 1.0 / box, cutoff, split], dtype=dtype),
                           short_range_constants(split, dtype)])
-    cells64 = np.array([box, cutoff])
+    cells64 = np.array([box, cutoff, split])
     spread = spread_of(source) if spread is None else spread
     groups = target_groups(target.start, target.end, target.skip, target.leaf, GROUP_TARGETS)
     sorted_out = short_walk_sorted(target.targets, groups, source.sources, spread, eps2,
