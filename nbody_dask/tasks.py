@@ -76,7 +76,8 @@ class Periodic:
     """A periodic cube's force parameters: its side ``box``; for TreePM the mesh points per
     side, the split scale ``r_s`` and the short-range ``cutoff`` (length units), the
     short-range walk's ``theta`` and the Numba and FFT ``threads`` of a task (None: every
-    core; the result does not depend on them)."""
+    core; the result does not depend on them), and the short range's ``backend``
+    (``"cuda"``: every pair of two near tiles on the GPU instead of the walk)."""
 
     box: float
     mesh: int | None = None
@@ -84,6 +85,7 @@ class Periodic:
     cutoff: float = 0.0
     theta: float = 0.0
     threads: int | None = None
+    backend: str = "cpu"
 
 
 class PairForces(NamedTuple):
@@ -270,7 +272,19 @@ def refit_short_tree(old: ShortTree, tile: Tile) -> ShortTree:
 def short_pair_forces(target: ShortTree, source: ShortTree, forces: Forces,
                       periodic: Periodic) -> np.ndarray:
     """Short-range partial forces on tile tree ``target`` due to tile tree ``source``: one
-    periodic walk with the cutoff (:func:`~nbody_dask.kernels.shortrange.short_walk`)."""
+    periodic walk with the cutoff (:func:`~nbody_dask.kernels.shortrange.short_walk`), or
+    with ``periodic.backend == "cuda"`` every pair on the GPU
+    (:func:`~nbody_dask.kernels.cuda.short_pair_forces`)."""
+    if periodic.backend == "cuda":
+        from .kernels import cuda
+
+        t, s = target.tree, source.tree
+        in_tree_order = cuda.short_pair_forces((t.x, t.y, t.z), (s.x, s.y, s.z), s.m,
+                                          forces.eps2(t.x.dtype), periodic.box, periodic.split,
+                                          periodic.cutoff, forces.with_potential)
+        out = np.empty_like(in_tree_order)
+        out[:, t.order] = in_tree_order
+        return out
     rows.set_threads(periodic.threads)
     return shortrange.short_walk(target.tree, source.tree, forces.eps2(target.tree.x.dtype),
                                  periodic.theta, periodic.box, periodic.split,

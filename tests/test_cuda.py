@@ -123,6 +123,9 @@ def test_prepared_gpu_check_runs_in_simulator(tmp_path):
     assert all(r["backend"] == "cuda" and r["tflops"] > 0 for r in rates)
     assert [r["n_targets"] for r in rates[-3:]] == [1, 4, 16]
     assert [r for r in data["results"] if r.get("kind") == "simulate"][0]["backend"] == "cuda"
+    assert checks["short-range-cuda-vs-cpu"]["ok"]
+    assert [r["backend"] for r in data["results"] if r.get("kind") == "treepm-evaluation"] == [
+        "cpu", "cuda"]
 
 
 def test_zero_softening_is_finite_in_simulator():
@@ -164,6 +167,70 @@ def test_simulate_with_cuda_backend_in_simulator():
     # and each tile's positions are copied once per evaluation, its masses once per run
     assert result["misses"] == 2 * 4 + 2
     assert result["hits"] == 4 * 4 * 3 - result["misses"]
+
+
+@pytest.mark.slow
+def test_short_range_kernel_matches_cpu_pairs_in_simulator():
+    """TreePM's short range on the GPU against the CPU's pair kernel (shortrange.short_p2p):
+    minimum images across the box's faces, pairs beyond the cutoff dropped, a coincident
+    pair contributing nothing; 1 and 70 targets, float32 and float64, potential on and off,
+    and an odd launch shape."""
+    result = _in_simulator("""
+        import json, numpy as np
+        from nbody_dask.kernels import cuda, shortrange
+        from nbody_dask.kernels.law import short_range_constants
+        out = {}
+        rng = np.random.default_rng(3)
+        box, split, cutoff = 2.0, 0.1, 0.5
+        for dtype in (np.float32, np.float64):
+            for nt, ns in ((1, 1), (70, 90)):
+                t = (rng.random((3, nt)) * box).astype(dtype)
+                s = (rng.random((3, ns)) * box).astype(dtype)
+                s[:, 0] = t[:, 0]
+                t[0, -1], s[0, -1] = dtype(0.01), dtype(box - 0.02)  # near across a face
+                m = (rng.random(ns) + 0.5).astype(dtype)
+                eps2 = dtype(1e-4)
+                law = np.concatenate([np.array([box, 1 / box, cutoff, split], dtype=dtype),
+                                      short_range_constants(split, dtype)])
+                cpu = np.zeros((4, nt), dtype=dtype)
+                shortrange.short_p2p(t[0], t[1], t[2], s[0], s[1], s[2], m, eps2, law, cpu)
+                full = cuda.short_pair_forces(tuple(t), tuple(s), m, eps2, box, split, cutoff,
+                                              True)
+                accel = cuda.short_pair_forces(tuple(t), tuple(s), m, eps2, box, split,
+                                               cutoff, False, block=32, per_thread=3)
+                key = f"{np.dtype(dtype).name}-{nt}-{ns}"
+                out[key] = [float(np.abs(full - cpu).max() / np.abs(cpu).max()),
+                            float(np.abs(accel - cpu[:3]).max() / np.abs(cpu[:3]).max()),
+                            full.dtype == dtype, int((np.abs(cpu[:3]) > 0).sum())]
+        print(json.dumps(out))
+    """)
+    for key, (full, accel, same_dtype, _) in result.items():
+        tolerance = 1e-5 if key.startswith("float32") else 1e-12
+        assert same_dtype and full <= tolerance and accel <= tolerance, (key, full, accel)
+    assert result["float64-70-90"][3] > 0  # some pairs within the cutoff
+
+
+@pytest.mark.slow
+def test_treepm_with_cuda_backend_in_simulator():
+    """End to end: TreePM's short-range pair tasks on the GPU (every pair of near tiles)
+    agree with the CPU's walk to its accuracy; the mesh part is the same."""
+    result = _in_simulator("""
+        import json, numpy as np
+        from distributed import Client, LocalCluster
+        import nbody_dask
+        rng = np.random.default_rng(5)
+        x = rng.random((300, 3))
+        ds = nbody_dask.make_bodies(x, np.zeros_like(x), np.full(300, 1 / 300))
+        with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                          dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as c:
+            kw = dict(box_size=1.0, method="treepm", dtype="float64", softening=0.01,
+                      tile_size=150, client=c, theta=0.2)
+            gpu = nbody_dask.accelerations(ds, backend="cuda", **kw)
+            cpu = nbody_dask.accelerations(ds, backend="cpu", **kw)
+        errors = np.linalg.norm(gpu - cpu, axis=1) / np.linalg.norm(cpu, axis=1)
+        print(json.dumps({"median": float(np.median(errors)), "max": float(errors.max())}))
+    """)
+    assert result["median"] <= 1e-4 and result["max"] <= 1e-2, result
 
 
 def test_device_cache_in_simulator():

@@ -13,6 +13,11 @@
    default shape on target tiles of N/64, N/16 and N/4 (how small a GPU tile may be), and
    float64.
 4. ``simulate()`` steady state at N with ``backend="cuda"`` (differential timing).
+5. TreePM's short range (``kernels.cuda.short_pair_forces``) against the CPU's pair kernel
+   (``kernels.shortrange.short_p2p``), both dtypes; its rate in pairs a second at N x N
+   (every pair evaluated, minimum image and split factors included); one TreePM evaluation
+   of N uniform random bodies with ``backend="cuda"`` (pairs of near tiles on the GPU) and
+   ``"cpu"`` (the walk), timed.
 
 Prints one line per result and writes everything as JSON (``--json``). Exits non-zero if a
 correctness check fails, after printing what it measured.
@@ -111,6 +116,60 @@ def _simulate_agreement(quick: bool) -> dict:
             "ok": err <= 1e-9}
 
 
+def _short_range_agreement(quick: bool) -> dict:
+    from nbody_dask.kernels import cuda, shortrange
+    from nbody_dask.kernels.law import short_range_constants
+
+    rng = np.random.default_rng(9)
+    box, split, cutoff = 1.0, 0.02, 0.1
+    worst = {}
+    for nt, ns in ((40, 60),) if quick else ((1, 1), (300, 5000), (4097, 20_001)):
+        t, s, m = rng.random((3, nt)), rng.random((3, ns)), rng.random(ns) / ns
+        for dtype in (np.float32, np.float64):
+            law = np.concatenate([np.array([box, 1 / box, cutoff, split], dtype=dtype),
+                                  short_range_constants(split, dtype)])
+            tt, ss, mm, eps2 = t.astype(dtype), s.astype(dtype), m.astype(dtype), dtype(1e-6)
+            host = np.zeros((4, nt), dtype=dtype)
+            shortrange.short_p2p(*tt, *ss, mm, eps2, law, host)
+            gpu = cuda.short_pair_forces(tuple(tt), tuple(ss), mm, eps2, box, split, cutoff,
+                                         True)
+            err = float(np.abs(gpu - host).max() / max(np.abs(host).max(), 1e-300))
+            name = np.dtype(dtype).name
+            worst[name] = max(worst.get(name, 0.0), err)
+    ok = worst["float64"] <= 1e-12 and worst["float32"] <= 1e-5
+    return {"check": "short-range-cuda-vs-cpu", "max_rel_err": worst, "ok": ok,
+            "tol": {"float64": 1e-12, "float32": 1e-5}}
+
+
+def _short_range_rates(n: int, quick: bool) -> list[dict]:
+    import nbody_dask
+    from nbody_dask.kernels import cuda
+
+    rng = np.random.default_rng(11)
+    pos = rng.random((3, n)).astype(np.float32)
+    mass = np.full(n, 1.0 / n, dtype=np.float32)
+    coords = tuple(pos)
+    args = (coords, coords, mass, np.float32(1e-8), 1.0, 0.02, 0.1, False)
+    cuda.short_pair_forces(*args)  # compile, and the tiles onto the device
+    reps = 1 if quick else 5
+    start = time.perf_counter()
+    for _ in range(reps):
+        cuda.short_pair_forces(*args)
+    seconds = (time.perf_counter() - start) / reps
+    rows = [{"kind": "short-range", "backend": "cuda", "n": n, "seconds": seconds,
+             "gpairs_s": n * n / seconds / 1e9}]
+    x = rng.random((n, 3))
+    bodies = nbody_dask.make_bodies(x, np.zeros_like(x), np.full(n, 1.0 / n))
+    for backend in ("cpu", "cuda"):
+        kw = dict(box_size=1.0, method="treepm", dtype="float32", backend=backend)
+        nbody_dask.accelerations(bodies, **kw)
+        start = time.perf_counter()
+        nbody_dask.accelerations(bodies, **kw)
+        rows.append({"kind": "treepm-evaluation", "backend": backend, "n": n,
+                     "seconds": time.perf_counter() - start})
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
@@ -162,6 +221,9 @@ def main() -> int:
     steps, every = (4, 2) if args.quick else (30, 10)
     report(benchmark.simulate_rate(n, steps=steps, snapshot_every=every, dtype="float32",
                                    backend="cuda"))
+    report(_short_range_agreement(args.quick))
+    for row in _short_range_rates(n, args.quick):
+        report(row)
     if args.json_path:
         with open(args.json_path, "w") as f:
             json.dump(out, f, indent=2)

@@ -41,7 +41,8 @@ from numba import cuda, float32, float64
 from . import law
 
 __all__ = ["BLOCK", "TARGETS_PER_THREAD", "SIMULATOR_SHAPE", "VARIANTS", "available",
-           "accel_tile", "accel_potential_tile", "tile_pair_forces", "DeviceCache",
+           "accel_tile", "accel_potential_tile", "tile_pair_forces", "short_pair_forces",
+           "DeviceCache",
            "DEVICE_CACHE"]
 
 #: Threads per block, and sources staged in shared memory per pass (default). With
@@ -89,20 +90,40 @@ def _inverse_distance(dtype_name: str):
 
 
 @functools.cache
-def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int):
+def _short_range_factors():
+    """TreePM's short-range factors, :func:`nbody_dask.kernels.law.fast_short_range`'s own
+    source as an inlined device function (arithmetic only: the same on every target)."""
+    return cuda.jit(device=True, inline=True, fastmath=True)(law.fast_short_range.py_func)
+
+
+@functools.cache
+def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int,
+            short: bool = False):
     """Compile (once per process and variant) the tile-pair kernel.
 
     Block ``b`` covers ``b * per_thread`` targets: thread ``t`` takes targets
     ``t, t + b, ...`` (coalesced loads and stores), keeping their sums in registers, so each
     source staged in shared memory is read once for ``per_thread`` interactions.
     ``with_potential`` is a compile-time constant: the acceleration-only kernel does no
-    potential arithmetic.
+    potential arithmetic. With ``short`` (also compile-time), TreePM's short range
+    (:func:`short_pair_forces`): each pair at its minimum image in the periodic box, the
+    force and potential multiplied by the split factors, pairs beyond the cutoff or at
+    ``r = 0`` dropped; ``constants`` is then ``(box, 1 / box, cutoff, r_s)`` and
+    :func:`~nbody_dask.kernels.law.short_range_constants`, in the run's dtype.
     """
     ftype = {"float32": float32, "float64": float64}[dtype_name]
     inverse_distance = _inverse_distance(dtype_name)
+    split_factors = _short_range_factors()
+
+    @cuda.jit(device=True, inline=True, fastmath=True)
+    def nearest(d, box, half):
+        """``d`` moved by a box length into [-box/2, box/2] (``|d| < box``: wrapped
+        positions)."""
+        d = d - box if d > half else d
+        return d + box if d < -half else d
 
     @cuda.jit(fastmath=True)
-    def tile_pair(pt, ps, ms, eps2, diagonal, out):
+    def tile_pair(pt, ps, ms, eps2, diagonal, constants, out):
         sx = cuda.shared.array(block, ftype)
         sy = cuda.shared.array(block, ftype)
         sz = cuda.shared.array(block, ftype)
@@ -124,6 +145,11 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int):
         ns = ps.shape[1]
         zero = ftype(0)
         one = ftype(1)
+        if short:
+            box = constants[0]
+            half = box / (one + one)
+            cut2 = constants[2] * constants[2]
+            split = constants[4:]
         for p in range(per_thread):
             i = first + p * block
             active = i < nt  # inactive lanes compute on a dummy target and store nothing
@@ -161,6 +187,22 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int):
                     dx = xs - xi[p]
                     dy = ys - yi[p]
                     dz = zs - zi[p]
+                    if short:
+                        dx = nearest(dx, box, half)
+                        dy = nearest(dy, box, half)
+                        dz = nearest(dz, box, half)
+                        r2 = dx * dx + dy * dy + dz * dz
+                        mass = mk if (r2 > zero) and (r2 <= cut2) else zero
+                        g, e, _ = split_factors(math.sqrt(r2), split, one)
+                        inv = inverse_distance(dx, dy, dz, eps2, zero, one)
+                        mi = mass * inv
+                        s = mi * g * inv * inv
+                        cx[p] += s * dx
+                        cy[p] += s * dy
+                        cz[p] += s * dz
+                        if with_potential:
+                            cphi[p] -= mi * e
+                        continue
                     inv = inverse_distance(dx, dy, dz, eps2, zero, one)
                     mi = mk * inv
                     if with_potential and diagonal and base + k == first + p * block:
@@ -213,8 +255,10 @@ class DeviceCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, host: np.ndarray):
-        """The device copy of ``host`` (copied now if not cached)."""
+    def get(self, host: np.ndarray, *more: np.ndarray):
+        """The device copy of ``host`` (copied now if not cached); with ``more`` arrays of
+        its length, of ``host`` and those stacked as rows (a tree's coordinates, say), kept
+        while ``host`` lives."""
         key = id(host)
         with self._lock:
             entry = self._entries.get(key)
@@ -222,13 +266,15 @@ class DeviceCache:
                 self._entries.move_to_end(key)
                 self.hits += 1
                 return entry[1]
-        device = cuda.to_device(np.ascontiguousarray(host))
+        device = cuda.to_device(np.stack([host, *more]) if more else
+                                np.ascontiguousarray(host))
         with self._lock:
             self.misses += 1
             self._drop(key)
             ref = weakref.ref(host, lambda r, k=key: self._forget(k, r))
-            self._entries[key] = (ref, device, host.nbytes)
-            self.nbytes += host.nbytes
+            nbytes = host.nbytes * (1 + len(more))
+            self._entries[key] = (ref, device, nbytes)
+            self.nbytes += nbytes
             while self.nbytes > self.max_bytes and len(self._entries) > 1:
                 self._drop(next(iter(self._entries)))
         return device
@@ -256,7 +302,7 @@ DEVICE_CACHE = DeviceCache()
 
 def _run(d_target, d_source, d_mass, nt: int, ns: int, dtype: np.dtype, eps2,
          with_potential: bool, diagonal: bool, block: int | None = None,
-         per_thread: int | None = None) -> np.ndarray:
+         per_thread: int | None = None, constants: np.ndarray | None = None) -> np.ndarray:
     simulated = numba.config.ENABLE_CUDASIM
     block = block or (SIMULATOR_SHAPE[0] if simulated else BLOCK)
     per_thread = per_thread or (SIMULATOR_SHAPE[1] if simulated else TARGETS_PER_THREAD)
@@ -265,8 +311,10 @@ def _run(d_target, d_source, d_mass, nt: int, ns: int, dtype: np.dtype, eps2,
         return np.zeros((rows, nt), dtype=dtype)
     d_out = cuda.device_array((rows, nt), dtype=dtype)
     blocks = math.ceil(nt / (block * per_thread))
-    _kernel(dtype.name, bool(with_potential), block, per_thread)[blocks, block](
-        d_target, d_source, d_mass, dtype.type(eps2), diagonal, d_out)
+    short = constants is not None
+    d_constants = cuda.to_device(np.asarray(constants if short else [0], dtype=dtype))
+    _kernel(dtype.name, bool(with_potential), block, per_thread, short)[blocks, block](
+        d_target, d_source, d_mass, dtype.type(eps2), diagonal, d_constants, d_out)
     return d_out.copy_to_host()
 
 
@@ -285,6 +333,25 @@ def tile_pair_forces(target_position: np.ndarray, source_position: np.ndarray,
                 target_position.shape[1], source_position.shape[1],
                 np.result_type(target_position), eps2, with_potential, bool(diagonal),
                 block, per_thread)
+
+
+def short_pair_forces(target: tuple, source: tuple, source_mass: np.ndarray, eps2,
+                      box: float, split: float, cutoff: float, with_potential: bool, *,
+                      block: int | None = None, per_thread: int | None = None) -> np.ndarray:
+    """TreePM's short-range partial forces (3 or 4, nt) of a tile pair in a periodic cube
+    of side ``box``, on the GPU: every pair summed at its minimum image with the short-range
+    law of scale ``split`` (``r_s``), pairs beyond ``cutoff`` (``< box / 2``) or at
+    ``r = 0`` dropped, as :func:`nbody_dask.kernels.shortrange.short_p2p` on the CPU.
+    ``target`` and ``source`` are ``(x, y, z)`` arrays (a tree's sorted coordinates),
+    wrapped into ``[0, box)``; their device copies are kept in :data:`DEVICE_CACHE` while
+    their ``x`` lives."""
+    dtype = np.result_type(target[0])
+    constants = np.concatenate([np.array([box, 1.0 / box, cutoff, split], dtype=dtype),
+                                law.short_range_constants(split, dtype)])
+    get = DEVICE_CACHE.get
+    return _run(get(*target), get(*source), get(source_mass), target[0].shape[0],
+                source[0].shape[0], dtype, eps2, with_potential, False, block, per_thread,
+                constants)
 
 
 def _uncached(xt, yt, zt, xs, ys, zs, ms, eps2, with_potential: bool, diagonal: bool,

@@ -70,8 +70,6 @@ class TreePM(ForceMethod):
     def check(self, plan: Plan) -> None:
         if not plan.periodic:
             raise ValueError("method='treepm' is for periodic boxes: give box_size")
-        if plan.backend == "cuda":
-            raise ValueError("method='treepm' runs on CPUs; got backend='cuda'")
         reach = plan.split * plan.cutoff
         if reach >= plan.mesh_size / 2:
             raise ValueError(f"cutoff * split = {reach:g} mesh cells must be less than half "
@@ -82,7 +80,9 @@ class TreePM(ForceMethod):
         return tree_tile_size(n, threads, workers, layout)
 
     def settle(self, plan: Plan, threads: int, workers: int, backend: str) -> Plan:
-        return super().settle(plan, threads, workers, "cpu")
+        # the short range on GPUs where every worker has one; "auto" (mixed) walks on CPUs,
+        # so that where a task runs does not change its bits
+        return super().settle(plan, threads, workers, "cuda" if backend == "cuda" else "cpu")
 
     def reorders(self, plan: Plan) -> bool:
         return plan.n_tiles > 1
@@ -113,7 +113,8 @@ class TreePM(ForceMethod):
         plan, t = ev.plan, len(tiles)
         periodic = tasks.Periodic(plan.box_size, plan.mesh_size, plan.split_length,
                                   plan.cutoff_length, plan.theta,
-                                  1 if t > 1 and plan.layout == "pairs" else ev.threads)
+                                  1 if t > 1 and plan.layout == "pairs" else ev.threads,
+                                  plan.backend)
         if t == 1:  # one tile: its tree, its own walk, the mesh and the kick
             yield from ()
             trees = [ev.key("tree", 0)]
