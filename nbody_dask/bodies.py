@@ -266,8 +266,12 @@ def check_fits_dtype(ds: xr.Dataset, dtype: Any, **scalars: float) -> None:
     """Refuse bodies and parameters that the run's dtype cannot hold, before any work starts.
 
     Positions must stay below ``sqrt(max) / 4`` of the dtype, so that squared separations
-    cannot overflow; velocities and masses, and each named scalar (``dt=...``), must be
-    finite and nonzero where they were nonzero once cast.
+    cannot overflow; and the bodies' mean spacing (their extent over ``cbrt(n)``, softened
+    by ``softening`` if given) must be zero (coincident bodies pull each other with nothing)
+    or above ``4 max^(-1/3)`` (5.7e-13 in float32), so that a kernel's ``1 / r^3`` of
+    typical pairs does not overflow; velocities and masses, and
+    each named scalar (``dt=...``), must be finite and nonzero where they were nonzero once
+    cast.
 
     Raises
     ------
@@ -285,6 +289,16 @@ def check_fits_dtype(ds: xr.Dataset, dtype: Any, **scalars: float) -> None:
             raise ValueError(f"{var} reaches {float(values.max())!r}, beyond what {name} "
                              f"holds (|{var}| <= {limit:.3g}); use dtype='float64' or "
                              f"rescale the units")
+    positions = ds["position"].values
+    if positions.shape[0] > 1:
+        extent = float((positions.max(axis=0) - positions.min(axis=0)).max())
+        spacing = extent / positions.shape[0] ** (1 / 3)
+        closest = 4 * float(info.max) ** (-1 / 3)
+        if 0 < np.hypot(spacing, float(scalars.get("softening", 0.0))) < closest:
+            raise ValueError(f"position spans only {extent!r} (mean spacing {spacing:.3g}): "
+                             f"the forces of bodies this close overflow {name} (spacing, "
+                             f"softened, >= {closest:.3g}); use dtype='float64' or rescale "
+                             "the units")
     for key, value in scalars.items():
         with np.errstate(over="ignore", under="ignore"):
             cast = ftype(value)

@@ -49,6 +49,8 @@ def test_float32_overflow_stops_with_earlier_snapshots_intact(client, tmp_path):
     ({"dtype": "float32", "softening": 1e30}, "softening_squared=.* float32"),
     ({"dtype": "float32", "position_scale": 1e30}, "position reaches .* float32"),
     ({"dtype": "float64", "position_scale": 1e160}, "position reaches .* float64"),
+    ({"dtype": "float32", "position_scale": 1e-17, "softening": 0.0},
+     r"position spans only .* overflow float32"),
 ])
 def test_values_beyond_the_dtype_are_refused_before_work(no_cluster, tmp_path, kwargs, match):
     bodies = nbody_dask.plummer(8, seed=1)
@@ -60,6 +62,19 @@ def test_values_beyond_the_dtype_are_refused_before_work(no_cluster, tmp_path, k
     with pytest.raises(ValueError, match=match):
         nbody_dask.simulate(bodies, store=store, progress=False, **args)
     assert not store.exists()
+
+
+def test_tiny_scales_pass_where_the_dtype_or_softening_holds_them():
+    """The spacing check refuses only what overflows: float64 holds bodies 1e-17 apart, and
+    a softening float32 holds keeps their forces finite."""
+    from nbody_dask.bodies import check_fits_dtype
+
+    bodies = nbody_dask.plummer(8, seed=1)
+    tiny = bodies.assign(position=bodies.position * 1e-17)
+    check_fits_dtype(tiny, "float64", softening=0.0)
+    check_fits_dtype(tiny, "float32", softening=1e-3)
+    with pytest.raises(ValueError, match="position spans only"):
+        check_fits_dtype(tiny, "float32", softening=0.0)
 
 
 def test_coincident_bodies_without_softening_stay_finite(client):
