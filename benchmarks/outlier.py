@@ -1,7 +1,8 @@
 """The tree's cost with a far outlier (issue 33, item 15): one evaluation of a 20,000-body
 Plummer sphere by the tree kernel (one tile, all threads), with and without one more body at
 x = 1e9, best of 3 after a warm-up, and the median force error with the outlier against a
-float64 direct sum on every 97th body.
+float64 direct sum on every 97th body; then the same through ``accelerations(method="tree")``
+on 4 spatial tiles (the keys' cube shared by the tiles) on the default local cluster.
 
     python benchmarks/outlier.py
 """
@@ -9,6 +10,7 @@ float64 direct sum on every 97th body.
 import time
 
 import numpy as np
+from distributed import Client, LocalCluster
 
 import nbody_dask
 from nbody_dask.kernels import tree
@@ -37,6 +39,24 @@ def main():
     err = np.linalg.norm(acc.T[targets] - ref, axis=1) / np.linalg.norm(ref, axis=1)
     print(f"without the outlier {alone:.3f} s, with it {with_outlier:.3f} s, ratio "
           f"{with_outlier / alone:.2f}; median force error with it {np.median(err):.2e}")
+    far_bodies = nbody_dask.make_bodies(far.T, np.zeros_like(far.T), far_mass)
+    near_bodies = nbody_dask.make_bodies(position.T, np.zeros_like(position.T), mass)
+    with Client(LocalCluster(host="127.0.0.1", dashboard_address="127.0.0.1:0")) as client:
+        times = {}
+        for name, ds in (("without", near_bodies), ("with", far_bodies)):
+            def evaluate(ds=ds):
+                return nbody_dask.accelerations(ds, 0.01, method="tree", theta=0.4,
+                                                tile_size=5001, client=client)
+            evaluate()
+            times[name] = min(_timed(evaluate) for _ in range(3))
+    print(f"4 tiles: without the outlier {times['without']:.3f} s, with it "
+          f"{times['with']:.3f} s, ratio {times['with'] / times['without']:.2f}")
+
+
+def _timed(function):
+    start = time.perf_counter()
+    function()
+    return time.perf_counter() - start
 
 
 if __name__ == "__main__":

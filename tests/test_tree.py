@@ -13,6 +13,7 @@ from nbody_dask.accuracy import direct_reference, force_errors
 from nbody_dask.kernels import tree
 from nbody_dask import config
 from nbody_dask.kernels.tree import build_tree, morton_keys, tree_accelerations
+from nbody_dask import spatial
 from nbody_dask.spatial import bounding_cube
 from nbody_dask.testing import direct_sum_reference
 
@@ -388,3 +389,24 @@ def test_a_far_outlier_leaves_the_rest_of_the_tree_deep():
     ref = _direct(position.T, mass, 0.01, targets)
     err = np.linalg.norm(acc[targets] - ref, axis=1) / np.linalg.norm(ref, axis=1)
     assert np.median(err) < 3e-4
+
+
+def test_a_far_outlier_leaves_the_shared_cube_of_several_tiles_around_the_rest():
+    """With several spatial tiles the keys' cube comes from every tile's bounds
+    (spatial.tile_bounds): their central boxes give a cube around the sphere, not one 1e9
+    wide, so tile trees built in it keep leaves of leaf_size (issue 33, item 15)."""
+    from nbody_dask.bodies import Tile
+
+    bodies = nbody_dask.plummer(20000, seed=1)
+    position = np.concatenate([bodies.position.values.T, [[1e9], [0.0], [0.0]]], axis=1)
+    mass = np.append(bodies.mass.values, bodies.mass.values[0])
+    bounds = [spatial.tile_bounds(Tile(start, position[:, start:start + 5001],
+                                       np.zeros((3, min(5001, 20001 - start))),
+                                       mass[start:start + 5001]))
+              for start in range(0, 20001, 5001)]
+    cube = spatial.bounding_cube(*bounds)
+    assert cube[3] < 1e3  # the plain bounding cube is 1e9 wide
+    assert spatial.bounding_cube(*(b[:2] for b in bounds))[3] > 1e9
+    built = tree.build(position, mass, LEAF, cube)
+    sizes = (built.end - built.start)[built.leaf]
+    assert sizes.max() <= 2 * LEAF and len(sizes) >= 20000 // LEAF

@@ -21,6 +21,7 @@ from numba import njit, prange
 from .law import JIT_OPTIONS as _JIT
 
 __all__ = ["KEY_BITS", "SUMMARY_BODIES", "OUTLIER_SPAN", "CUBE_SAMPLE", "CUBE_TAIL",
+           "central_box", "cube_around",
            "morton_keys", "take", "build_tree", "cell_moments", "acceptable_cells",
            "key_cube", "TileTree", "build", "refit"]
 
@@ -279,11 +280,28 @@ def key_cube(position: np.ndarray) -> tuple[np.ndarray, float]:
     (:func:`morton_keys`), so they share the border cells, whose moments (centre of mass,
     ``b_max``) still come from their true positions. The walk stays exact in its test; the
     sphere gets the cells it needs (issue 33, item 15)."""
-    lo = position.min(axis=1).astype(np.float64)
-    size = float((position.max(axis=1).astype(np.float64) - lo).max())
-    size = size * (1 + 1e-9) if size > 0 else 1.0
+    low, high = central_box(position)
+    return cube_around(position.min(axis=1), position.max(axis=1), low, high)
+
+
+def central_box(position: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The box (lower, upper corner; float64) of the central bodies of ``position`` (3, n):
+    the axis quantiles ``CUBE_TAIL`` and ``1 - CUBE_TAIL`` of a strided sample of
+    :data:`CUBE_SAMPLE` bodies."""
     sample = position[:, ::max(1, position.shape[1] // CUBE_SAMPLE)].astype(np.float64)
     low, high = np.quantile(sample, [CUBE_TAIL, 1 - CUBE_TAIL], axis=1)
+    return low, high
+
+
+def cube_around(lo: np.ndarray, hi: np.ndarray, low: np.ndarray, high: np.ndarray
+                ) -> tuple[np.ndarray, float]:
+    """The key cube (lower corner, edge; float64) of bodies within ``lo..hi`` whose central
+    bodies are within ``low..high`` (:func:`central_box`): the bounding cube, or, when that
+    is more than :data:`OUTLIER_SPAN` times wider than the central box, a cube of four times
+    that box around its centre (:func:`key_cube`)."""
+    lo = np.asarray(lo, dtype=np.float64)
+    size = float((np.asarray(hi, dtype=np.float64) - lo).max())
+    size = size * (1 + 1e-9) if size > 0 else 1.0
     span = float((high - low).max())
     if span > 0 and size > OUTLIER_SPAN * span:
         return 0.5 * (low + high) - 2 * span, 4 * span
