@@ -76,7 +76,7 @@ def local(
 #: faults of a store: a full disk, a lost mount or object-store endpoint).
 REPORTED_ERRORS = ("NonFiniteStateError", "FarFieldError", "LeaseLostError", "OSError(",
                    "PermissionError(", "EndpointConnectionError", "ConnectTimeoutError",
-                   "ReadTimeoutError", "ConnectionClosedError")
+                   "ReadTimeoutError", "ConnectionClosedError", "TimeoutError(")
 
 
 class _ReportedErrorsFilter(logging.Filter):

@@ -144,7 +144,8 @@ class Driver:
                 self.complete()
             self.committer.flush()
         except store_faults() as exc:  # a full disk, a lost mount or object-store endpoint
-            self.committer.flush(quietly=True)
+            if not isinstance(exc, TimeoutError):  # a store that did not answer in time
+                self.committer.flush(quietly=True)  # would only keep the run a deadline more
             if isinstance(exc, RECOVERABLE):  # CommClosedError is an OSError too
                 raise
             raise OSError(f"writing to the store {str(self.path)!r} failed "

@@ -138,6 +138,9 @@ class StoreLocation(ABC):
     def zarr_store(self, read_only: bool = False) -> Any:
         """What Zarr and xarray open for this store (a path, or a Zarr ``FsspecStore``)."""
 
+    #: Seconds after which one write is abandoned with a ``TimeoutError`` (None: never).
+    deadline: float | None = None
+
     def read_json(self, name: str) -> Any:
         """Entry ``name`` parsed as JSON (ValueError if it is not)."""
         return json.loads(self.read_bytes(name))
@@ -265,35 +268,50 @@ class ObjectLocation(StoreLocation):
     def _path(self, name: str) -> str:
         return f"{self.root}/{name}" if name else self.root
 
+    @property
+    def deadline(self) -> float:
+        """Seconds one store operation may take in all, its requests and their tries
+        (:data:`DEADLINE_PER_TIMEOUT` times ``nbody.object-store.timeout``): an endpoint
+        that accepts connections and never answers (a paused server) does not time its
+        requests out, so each operation is abandoned with a ``TimeoutError`` after this."""
+        return DEADLINE_PER_TIMEOUT * float(config.get("object-store.timeout"))
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``fs.method(*args, **kwargs)``, within :attr:`deadline` where the file system is
+        asynchronous (fsspec's blocking wrappers take a ``timeout``)."""
+        if getattr(self.fs, "async_impl", False):
+            kwargs["timeout"] = self.deadline
+        return getattr(self.fs, method)(*args, **kwargs)
+
     def exists(self, name: str = "") -> bool:
         if not name:
             return bool(self.names())
         try:
-            self.fs.info(self._path(name), refresh=True)  # not from a cached listing
+            self._call("info", self._path(name), refresh=True)  # not from a cached listing
         except FileNotFoundError:
             return False
         return True
 
     def names(self) -> list[str]:
         try:
-            entries = self.fs.ls(self.root, detail=False, refresh=True)
+            entries = self._call("ls", self.root, detail=False, refresh=True)
         except FileNotFoundError:
             return []
         return sorted({e.rstrip("/").rsplit("/", 1)[-1] for e in entries} - {""})
 
     def read_bytes(self, name: str) -> bytes:
-        return self.fs.cat_file(self._path(name))
+        return self._call("cat_file", self._path(name))
 
     def write_bytes(self, name: str, data: bytes) -> None:
-        self.fs.pipe_file(self._path(name), data)  # one PUT: atomic for readers
+        self._call("pipe_file", self._path(name), data)  # one PUT: atomic for readers
 
     def create(self, name: str, data: bytes) -> None:
-        self.fs.pipe_file(self._path(name), data, mode="create")
+        self._call("pipe_file", self._path(name), data, mode="create")
 
     def remove(self, name: str) -> None:
         path = self._path(name)
         try:
-            self.fs.rm(path, recursive=True)
+            self._call("rm", path, recursive=True)
         except FileNotFoundError:
             pass
         self.fs.invalidate_cache(path)
@@ -302,9 +320,15 @@ class ObjectLocation(StoreLocation):
         return self.fs.modified(self._path(name)).timestamp()
 
     def zarr_store(self, read_only: bool = False):
+        """A Zarr ``FsspecStore``; to write, each Zarr operation of this process is then
+        bounded by :attr:`deadline` (Zarr's ``async.timeout``, a setting of the process)."""
+        import zarr
         from zarr.storage import FsspecStore
 
         import fsspec
+
+        if not read_only:
+            zarr.config.set({"async.timeout": self.deadline})
 
         fs = _bounded(fsspec.filesystem(self.protocol, asynchronous=True, **self.options()))
         return FsspecStore(fs, read_only=read_only, path=self.root)
@@ -351,6 +375,10 @@ class ObjectLocation(StoreLocation):
             why = f"cannot reach the object store ({describe_error(exc)})"
         raise StoreUnreachableError(f"store {self.url!r}: {why}") from None
 
+
+#: A store operation's deadline in units of ``nbody.object-store.timeout``: two tries of a
+#: request, each allowed a connect and a read timeout (:attr:`ObjectLocation.deadline`).
+DEADLINE_PER_TIMEOUT = 4
 
 #: Tries of s3fs's own retry loop around each request (its default is 5, each with
 #: botocore's tries inside): a store that stops answering then stops a run within a few

@@ -43,6 +43,7 @@ import numpy as np
 import xarray as xr
 import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
+from zarr.core.sync import sync as zarr_sync
 
 from .bodies import AXES, Tile
 from .diagnostics import ERROR_STATISTICS
@@ -294,9 +295,24 @@ def write_tile(store: Store, index: int, tile: Tile, run: str = "", writer: str 
         raise LeaseLostError(f"store {str(store)!r}: this run's writer lease was taken over "
                              "by another run; it stopped writing")
     lo, hi = tile.start, tile.start + tile.size
-    _open_array(store, "position", run)[index, lo:hi, :] = tile.position.T
-    _open_array(store, "velocity", run)[index, lo:hi, :] = tile.velocity.T
+    region = (index, slice(lo, hi), slice(None))
+    _write_region(_open_array(store, "position", run), region, tile.position.T, store.deadline)
+    _write_region(_open_array(store, "velocity", run), region, tile.velocity.T, store.deadline)
     return tile.size
+
+
+def _write_region(array: zarr.Array, region: Any, values: np.ndarray,
+                 deadline: float | None) -> None:
+    """``array[region] = values``, abandoned after ``deadline`` seconds (None: never) with a
+    ``TimeoutError`` saying so: Zarr's blocking writes wait for ever on an object store that
+    accepts connections and never answers."""
+    if deadline is None:
+        array[region] = values
+        return
+    try:
+        zarr_sync(array.async_array.setitem(region, values), timeout=deadline)
+    except TimeoutError:
+        raise TimeoutError(f"the store did not answer within {deadline:g} s") from None
 
 
 class SnapshotCommitter:
@@ -311,6 +327,7 @@ class SnapshotCommitter:
     def __init__(self, store: StoreLocation, interval: float = 1.0,
                  guard: Callable[[], None] | None = None) -> None:
         self._guard = guard  # raises if this run may no longer write (lost writer lease)
+        self._deadline = store.deadline
         self._root = zarr.open_group(store.zarr_store(), mode="r+", use_consolidated=False)
         self._arrays = {name: self._root[name] for name in _diagnostics(self._root)}
         self._marker = self._root[_MARKER_GROUP]
@@ -351,7 +368,8 @@ class SnapshotCommitter:
             self._guard()
         lo, hi = self._committed, self._committed + len(self._buffer)
         for name, array in self._arrays.items():
-            array[lo:hi] = np.array([rec[name] for rec in self._buffer])
+            _write_region(array, slice(lo, hi), np.array([rec[name] for rec in self._buffer]),
+                         self._deadline)
         self._marker.attrs["committed"] = hi
         self._committed = hi
         self._buffer.clear()

@@ -302,10 +302,22 @@ def _run_in_background(server, url, timeout=3):
 
     env = {**os.environ, "DASK_NBODY__OBJECT_STORE__TIMEOUT": str(timeout)}
     return subprocess.Popen(
-        [sys.executable, "-m", "nbody_dask.cli", "run", "--n", "256", "--steps", "1000",
-         "--dt", "0.001", "--softening", "0.05", "--snapshot-every", "10", "--no-progress",
+        [sys.executable, "-m", "nbody_dask.cli", "run", *_RUN_ARGS, "--no-progress",
          "--store", url, "--storage-options", json.dumps(server.options)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+#: The run the endpoint tests interrupt: many small snapshots, several seconds.
+_RUN_ARGS = ("--n", "256", "--steps", "1000", "--dt", "0.001", "--softening", "0.05",
+             "--snapshot-every", "10")
+
+
+def _cli(*args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "nbody_dask.cli", *args],
+                          capture_output=True, text=True, timeout=300)
 
 
 def _wait_for_commits(server, url, run, count=2):
@@ -352,3 +364,33 @@ def test_a_killed_endpoint_ends_the_run_in_one_line(own_s3):
     _wait_for_commits(server, url, run)
     process.kill()
     _one_line_about(run, url, limit=90)
+
+
+@pytest.mark.slow
+def test_a_paused_endpoint_ends_the_run_in_one_line_then_resumes(own_s3, tmp_path):
+    """An endpoint that stops answering (SIGSTOP: connections accepted, nothing answered)
+    ends the run as a lost one does, within the bounded time (requests' timeout, and a
+    deadline on every store operation); once it answers again, the run resumes."""
+    import signal
+
+    server, process = own_s3
+    url = server.url("paused.zarr")
+    run = _run_in_background(server, url, timeout=2)
+    _wait_for_commits(server, url, run)
+    process.send_signal(signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        _one_line_about(run, url, limit=90)
+        print(f"stopped {time.monotonic() - start:.1f} s after the pause")
+    finally:
+        process.send_signal(signal.SIGCONT)
+    resumed = _cli("resume", url, "--no-progress", "--storage-options",
+                   json.dumps(server.options))
+    assert resumed.returncode == 0, resumed.stderr
+    local = tmp_path / "local.zarr"
+    reference = _cli("run", *_RUN_ARGS, "--no-progress", "--store", str(local))
+    assert reference.returncode == 0, reference.stderr
+    got = xr.open_zarr(url, storage_options=server.options)
+    want = xr.open_zarr(local)
+    assert got.sizes == want.sizes
+    assert np.array_equal(got.position.values, want.position.values)
