@@ -379,9 +379,7 @@ def test_a_paused_endpoint_ends_the_run_in_one_line_then_resumes(own_s3, tmp_pat
     _wait_for_commits(server, url, run)
     process.send_signal(signal.SIGSTOP)
     try:
-        start = time.monotonic()
-        _one_line_about(run, url, limit=90)
-        print(f"stopped {time.monotonic() - start:.1f} s after the pause")
+        _one_line_about(run, url, limit=60)  # two deadlines of 4 x 2 s, and the slack
     finally:
         process.send_signal(signal.SIGCONT)
     resumed = _cli("resume", url, "--no-progress", "--storage-options",
