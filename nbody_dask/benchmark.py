@@ -13,6 +13,7 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -76,15 +77,16 @@ def kernel_rate(n_targets: int = 4096, n_sources: int = 65536, dtype: str = "flo
             "n_sources": n_sources, "threads": 1, **(launch or {}), "gint_s": _stats(rates)}
 
 
-def cuda_variants(n: int = 262_144, dtype: str = "float32",
-                  reps: int = 5) -> list[dict[str, Any]]:
+def cuda_variants(n: int = 262_144, dtype: str = "float32", reps: int = 5,
+                  variants: Sequence[tuple[int, int]] | None = None) -> list[dict[str, Any]]:
     """:func:`kernel_rate` of the CUDA kernel at ``n x n`` for each launch shape of
-    :data:`nbody_dask.kernels.cuda.VARIANTS` (threads per block, targets per thread)."""
+    ``variants`` (threads per block, targets per thread; default
+    :data:`nbody_dask.kernels.cuda.VARIANTS`)."""
     from .kernels import cuda
 
     return [kernel_rate(n, n, dtype=dtype, reps=reps, backend="cuda",
                         launch={"block": block, "per_thread": per_thread})
-            for block, per_thread in cuda.VARIANTS]
+            for block, per_thread in (cuda.VARIANTS if variants is None else variants)]
 
 
 def simulate_rate(n: int, steps: int = 30, dtype: str = "float32", snapshot_every: int = 10,
