@@ -12,7 +12,8 @@ Sections (all by default):
     interpolation, tree build, short-range walk) against the isolated tree's walk of the
     same bodies at the same theta and leaf size; then ``accelerations()`` of TreePM and of
     the isolated tree on the default local cluster, a ``simulate()`` step, and TreePM on 2
-    worker processes of 1 thread (4 spatial tiles) against 1 process.
+    worker processes of 1 thread (4 spatial tiles) against 1 process: one evaluation (with
+    its re-tiling) and a ``simulate()`` step in steady state (differential timing).
 ``crossover``
     One evaluation of the Ewald sum (``method="direct"``) and of TreePM for growing N: where
     ``method="auto"`` switches (``plan.PERIODIC_CROSSOVER``).
@@ -81,6 +82,18 @@ def _timed(function, *args, repeats: int = 2):
     return out, best
 
 
+def _step_time(ds, client: Client, **kwargs) -> float:
+    """A ``simulate()`` step in steady state: runs of 2 and 6 steps differenced (the first
+    evaluation, re-tiling and compilation cancel)."""
+    times = []
+    for steps in (2, 6):
+        start = time.perf_counter()
+        nbody_dask.simulate(ds, steps=steps, dt=1e-3, box_size=1.0, method="treepm",
+                            dtype="float32", progress=False, client=client, **kwargs)
+        times.append(time.perf_counter() - start)
+    return (times[1] - times[0]) / 4
+
+
 def cost(n: int, client: Client) -> list[dict]:
     rows = []
     plan = Plan(n=n, steps=1, dt=0.01, method="treepm", box_size=1.0, dtype="float32")
@@ -107,19 +120,22 @@ def cost(n: int, client: Client) -> list[dict]:
         nbody_dask.simulate(ds, steps=steps, dt=1e-3, box_size=1.0, method="treepm",
                             dtype="float32", progress=False, client=client)
         step = (time.perf_counter() - start) / (steps + 1)  # and the initial evaluation
+        one_step = _step_time(ds, client)
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                           host="127.0.0.1", dashboard_address="127.0.0.1:0") as cluster, \
                 Client(cluster) as two:
             _, two_processes = _timed(lambda ds=ds: nbody_dask.accelerations(
                 ds, box_size=1.0, method="treepm", dtype="float32", client=two,
                 tile_size=-(-n // 4)))
+            two_step = _step_time(ds, two, tile_size=-(-n // 4))
         row = dict(box=kind, n=n, mesh=mesh, deposit=deposit, mesh_sum=mesh_sum, fft=fft,
                    interpolation=interpolation, tree_build=build, short_range=short,
                    isolated_tree_walk=isolated, short_over_isolated=short / isolated,
                    evaluation=evaluation, tree_evaluation=tree_evaluation,
                    evaluation_over_tree=evaluation / tree_evaluation, simulate_step=step,
                    step_over_evaluation=step / evaluation, two_processes=two_processes,
-                   two_over_one=two_processes / evaluation)
+                   two_over_one=two_processes / evaluation, steady_step=one_step,
+                   steady_step_two_processes=two_step, steady_two_over_one=two_step / one_step)
         rows.append(row)
         print("cost " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
                                   for k, v in row.items()), flush=True)

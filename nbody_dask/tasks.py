@@ -33,7 +33,7 @@ __all__ = ["Forces", "Closing", "Walk", "PairForces", "pair_forces", "symmetric_
            "near_in_window", "far_forces", "sum_in_order", "sum_sides", "reduce_in_groups",
            "close", "close_row", "close_tree_row", "write_and_measure", "merge_picked",
            "append", "Periodic", "ShortTree", "ewald_pair_forces", "ewald_factors",
-           "ewald_long_forces", "short_tree", "refit_short_tree", "short_pair_forces",
+           "ewald_long_forces", "short_tree", "short_pair_forces",
            "mesh_deposit", "mesh_solve", "mesh_forces", "periodic_layout",
            "mesh_slab", "mesh_mass", "mesh_forces_from_slabs", "close_short_row"]
 
@@ -260,12 +260,6 @@ class ShortTree(NamedTuple):
 def short_tree(tile: Tile, leaf_size: int, cube: np.ndarray | None = None) -> ShortTree:
     """The tile's octree (keys in ``cube``, as :func:`tile_tree`) for the short range."""
     tree = trees.build(tile.position, tile.mass, leaf_size, cube)
-    return ShortTree(tree, shortrange.spread_of(tree))
-
-
-def refit_short_tree(old: ShortTree, tile: Tile) -> ShortTree:
-    """The tile's short-range tree at its new positions, with the cells of ``old``."""
-    tree = trees.refit(old.tree, tile.position, tile.mass)
     return ShortTree(tree, shortrange.spread_of(tree))
 
 
