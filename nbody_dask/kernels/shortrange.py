@@ -61,7 +61,7 @@ KAPPA = 2.0
 #: Targets that share one pick of sources (:func:`_pick`), evaluated four at a time: a
 #: larger group picks more sources beyond the cutoff of each target, a smaller one picks
 #: more often. 16 measured fastest on uniform and clustered boxes of 262,144 bodies
-#: (8: 1.0x / 1.05x, 4: 1.1x / 1.15x the time).
+#: (8: 1.03x / 1.05x, 4: 1.14x / 1.15x the time; groups of a leaf then).
 PICK = 16
 
 
@@ -121,7 +121,7 @@ def _pick(tx, ty, tz, lo, hi, sources, leaves, n_leaves, reach, kept):
     """Copy into ``kept`` (4, ns) the sources within ``reach`` of the bounding sphere of
     targets ``lo:hi`` (:func:`~nbody_dask.kernels.walk.group_sphere`), leaf by leaf in
     their order; return how many. ``sources`` (4, ns) are the gathered bodies, ``leaves``
-    (n, 5) their leaves: first and last index into ``sources``, and the sphere that holds
+    (n, 6) their leaves: first and last index into ``sources``, and the sphere that holds
     the leaf's bodies (centre, radius; float64). A leaf wholly inside the reach is copied
     without a test, one wholly outside skipped; only the bodies of a leaf across its edge
     are tested one by one."""
@@ -160,8 +160,8 @@ def _pick(tx, ty, tz, lo, hi, sources, leaves, n_leaves, reach, kept):
 def short_pairs(tx, ty, tz, sources, leaves, n_leaves, eps2, law, out, kept):
     """:func:`short_p2p` for sources (4, ns) already moved to the image to use for every
     target (no minimum image per pair), four targets at a time: the sources within the
-    cutoff of the four are picked first (:func:`_pick`; ``leaves`` as there, ``kept`` a
-    (4, ns) scratch array), then each is loaded once for the four (as
+    cutoff of every :data:`PICK` targets are picked first (:func:`_pick`; ``leaves`` as
+    there, ``kept`` a (4, ns) scratch array), then each is loaded once for four (as
     :func:`~nbody_dask.kernels.cpu.accel_tile`). The sources left out contribute exactly
     zero. A last group of fewer than four repeats its last target (computed, not kept)."""
     cut2 = law[2] * law[2]
