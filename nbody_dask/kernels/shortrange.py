@@ -170,11 +170,11 @@ def short_pairs(tx, ty, tz, sources, leaves, n_leaves, eps2, law, out, kept):
     zero = one - one
     with_potential = out.shape[0] == 4
     nt = tx.shape[0]
+    last = nt - 1
     for i in range(0, nt, 4):
         if i % PICK == 0:  # PICK is a multiple of four
             ns = _pick(tx, ty, tz, i, min(i + PICK, nt), sources, leaves, n_leaves, law[2],
                        kept)
-        last = nt - 1
         i1, i2, i3 = min(i + 1, last), min(i + 2, last), min(i + 3, last)
         x0, y0, z0 = tx[i], ty[i], tz[i]
         x1, y1, z1 = tx[i1], ty[i1], tz[i1]
@@ -326,6 +326,7 @@ def _group_forces(targets, lo, hi, sources, spread, eps2, theta, law, cells64, m
     shifted = radius + cutoff < half_box
     side, inv_side = law[0], law[1]
     half = side / (side + side)
+    zero = side - side
     gx, gy, gz = tx.dtype.type(gcx), tx.dtype.type(gcy), tx.dtype.type(gcz)
     inv_theta = 1.0 / theta
     inv_2rs2 = 0.5 / (cells64[2] * cells64[2])
@@ -360,17 +361,13 @@ def _group_forces(targets, lo, hi, sources, spread, eps2, theta, law, cells64, m
             leaves[n_leaves, 2], leaves[n_leaves, 3] = gcx + dx, gcy + dy
             leaves[n_leaves, 4], leaves[n_leaves, 5] = gcz + dz, bmax[k]
             n_leaves += 1
-            if not shifted:
-                for i in range(start[k], end[k]):
-                    gathered[0, n_src], gathered[1, n_src] = x[i], y[i]
-                    gathered[2, n_src], gathered[3, n_src] = z[i], m[i]
-                    n_src += 1
-            elif max(abs(dx), abs(dy), abs(dz)) + bmax[k] < 0.4 * box:
-                # every body of the leaf has the image of the first one (the same floor)
+            if not shifted or max(abs(dx), abs(dy), abs(dz)) + bmax[k] < 0.4 * box:
+                # one shift for the leaf: none, or the image of its first body, which every
+                # body of the leaf shares (the same floor)
                 i = start[k]
-                sx = side * np.floor((x[i] - gx) * inv_side + half)
-                sy = side * np.floor((y[i] - gy) * inv_side + half)
-                sz = side * np.floor((z[i] - gz) * inv_side + half)
+                sx = side * np.floor((x[i] - gx) * inv_side + half) if shifted else zero
+                sy = side * np.floor((y[i] - gy) * inv_side + half) if shifted else zero
+                sz = side * np.floor((z[i] - gz) * inv_side + half) if shifted else zero
                 for i in range(start[k], end[k]):
                     gathered[0, n_src], gathered[1, n_src] = x[i] - sx, y[i] - sy
                     gathered[2, n_src], gathered[3, n_src] = z[i] - sz, m[i]
@@ -388,7 +385,7 @@ def _group_forces(targets, lo, hi, sources, spread, eps2, theta, law, cells64, m
             k += 1
     part = np.zeros((rows, hi - lo), dtype=tx.dtype)
     gathered = buffer[0]
-    if shifted:  # sources picked per four targets
+    if shifted:  # sources picked per PICK targets
         short_pairs(tx[lo:hi], ty[lo:hi], tz[lo:hi], gathered, leaves, n_leaves, eps2, law,
                     part, buffer[1])
     else:
