@@ -244,7 +244,14 @@ def cell_spread(x, y, z, m, start, end, com):
     return out
 
 
-@njit(**_JIT)
+#: The fast-math freedoms of :func:`short_m2p`: those of every kernel but approximate
+#: reciprocals and functions (``arcp``, ``afn``). With them, a walk on a clustered box gave
+#: other last bits in a process that compiled it than in one that loaded it from Numba's
+#: cache (tests/test_tree.py); exact division and square root cost nothing measurable here.
+_M2P_FAST_MATH = set(_JIT["fastmath"]) - {"arcp", "afn"}
+
+
+@njit(**dict(_JIT, fastmath=_M2P_FAST_MATH))
 def short_m2p(tx, ty, tz, moments, count, eps2, law, out):
     """Add the short-range forces of ``count`` cells (columns of ``moments``: mass, centre of
     mass as the image to use, quadrupole xx, yy, zz, xy, xz, yz, and the trace of the second
