@@ -45,7 +45,7 @@ from .integrators import open_step
 from .location import StoreLocation
 from .plan import Plan
 from .spatial import (bounding_cube, cut_by_chunk, cut_by_splitters, key_sample, merge_by_id,
-                      merge_parts, sample_stride, splitters, tile_bounds)
+                      merge_parts, sample_stride, splitters, tile_boxes)
 
 __all__ = ["Graph", "Piece", "Evaluation", "key", "submit", "combine", "close_targets",
            "move_bodies", "body_order", "cube_key", "retile", "reduce_in_order",
@@ -193,7 +193,7 @@ def retile(dsk: Graph, plan: Plan, token: str, step: int, tiles: list) -> list[s
     cube, split = cube_key(token, step), key(token, "splitters", step)
     stride = sample_stride(plan.n, t)
     for i, tile in enumerate(tiles):
-        dsk[extents[i]] = (tile_bounds, tile)
+        dsk[extents[i]] = (tile_boxes, tile)
     dsk[cube] = (bounding_cube, *extents)
     for i, tile in enumerate(tiles):
         dsk[samples[i]] = (key_sample, tile, cube, stride)

@@ -31,7 +31,7 @@ from numba import njit
 from .bodies import Tile
 from .kernels.octree import central_box, cube_around, morton_keys
 
-__all__ = ["SAMPLE_PER_TILE", "sample_stride", "tile_extent", "tile_bounds",
+__all__ = ["SAMPLE_PER_TILE", "sample_stride", "tile_extent", "tile_boxes",
            "periodic_neighbours",
            "bounding_cube", "curve_keys",
            "key_sample", "splitters", "cut_by_splitters", "merge_parts", "cut_by_chunk",
@@ -68,7 +68,7 @@ def periodic_neighbours(box: float, reach: float, *extents: np.ndarray) -> list[
             for i, row in enumerate(near)]
 
 
-def tile_bounds(tile: Tile) -> np.ndarray:
+def tile_boxes(tile: Tile) -> np.ndarray:
     """The tile's bounding box and the box of its central bodies
     (:func:`~nbody_dask.kernels.octree.central_box`), float64, shape (4, 3): lower and upper
     corner of each."""
@@ -78,18 +78,16 @@ def tile_bounds(tile: Tile) -> np.ndarray:
 
 def bounding_cube(*extents: np.ndarray) -> np.ndarray:
     """The cube of the keys, ``[lower corner (3), edge]`` (float64), holding every extent
-    (:func:`tile_extent`); from :func:`tile_bounds`, a cube around the central bodies of all
+    (:func:`tile_extent`); from :func:`tile_boxes`, a cube around the central bodies of all
     tiles where far outliers would make the bounding cube more than
     :data:`~nbody_dask.kernels.octree.OUTLIER_SPAN` times wider
     (:func:`~nbody_dask.kernels.octree.cube_around`: their keys are clamped to its faces)."""
     boxes = np.array(extents, dtype=np.float64)
     lo, hi = boxes[:, 0].min(axis=0), boxes[:, 1].max(axis=0)
-    if boxes.shape[1] == 4:
-        corner, edge = cube_around(lo, hi, boxes[:, 2].min(axis=0), boxes[:, 3].max(axis=0))
-        return np.append(corner, edge)
-    size = float((hi - lo).max())
-    size = size * (1 + 1e-9) if size > 0 else 1.0
-    return np.append(lo, size)
+    central = (boxes[:, 2].min(axis=0), boxes[:, 3].max(axis=0)) if len(boxes[0]) == 4 \
+        else (lo, hi)  # no central box: the bounding cube itself
+    corner, edge = cube_around(lo, hi, *central)
+    return np.append(corner, edge)
 
 
 def curve_keys(tile: Tile, cube: np.ndarray) -> np.ndarray:

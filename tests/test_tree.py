@@ -399,14 +399,14 @@ def test_a_far_outlier_leaves_the_rest_of_the_tree_deep():
 
 def test_a_far_outlier_leaves_the_shared_cube_of_several_tiles_around_the_rest():
     """With several spatial tiles the keys' cube comes from every tile's bounds
-    (spatial.tile_bounds): their central boxes give a cube around the sphere, not one 1e9
+    (spatial.tile_boxes): their central boxes give a cube around the sphere, not one 1e9
     wide, so tile trees built in it keep leaves of leaf_size (issue 33, item 15)."""
     from nbody_dask.bodies import Tile
 
     bodies = nbody_dask.plummer(20000, seed=1)
     position = np.concatenate([bodies.position.values.T, [[1e9], [0.0], [0.0]]], axis=1)
     mass = np.append(bodies.mass.values, bodies.mass.values[0])
-    bounds = [spatial.tile_bounds(Tile(start, position[:, start:start + 5001],
+    bounds = [spatial.tile_boxes(Tile(start, position[:, start:start + 5001],
                                        np.zeros((3, min(5001, 20001 - start))),
                                        mass[start:start + 5001]))
               for start in range(0, 20001, 5001)]
