@@ -269,9 +269,8 @@ def check_fits_dtype(ds: xr.Dataset, dtype: Any, **scalars: float) -> None:
     cannot overflow; and the bodies' mean spacing (their extent over ``cbrt(n)``, softened
     by ``softening`` if given) must be zero (coincident bodies pull each other with nothing)
     or above ``4 max^(-1/3)`` (5.7e-13 in float32), so that a kernel's ``1 / r^3`` of
-    typical pairs does not overflow; velocities and masses, and
-    each named scalar (``dt=...``), must be finite and nonzero where they were nonzero once
-    cast.
+    typical pairs does not overflow; velocities and masses, and each named scalar
+    (``dt=...``), must be finite and nonzero where they were nonzero once cast.
 
     Raises
     ------

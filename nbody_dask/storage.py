@@ -302,7 +302,7 @@ def write_tile(store: Store, index: int, tile: Tile, run: str = "", writer: str 
 
 
 def _write_region(array: zarr.Array, region: Any, values: np.ndarray,
-                 deadline: float | None) -> None:
+                  deadline: float | None) -> None:
     """``array[region] = values``, abandoned after ``deadline`` seconds (None: never) with a
     ``TimeoutError`` saying so: Zarr's blocking writes wait for ever on an object store that
     accepts connections and never answers."""
@@ -369,7 +369,7 @@ class SnapshotCommitter:
         lo, hi = self._committed, self._committed + len(self._buffer)
         for name, array in self._arrays.items():
             _write_region(array, slice(lo, hi), np.array([rec[name] for rec in self._buffer]),
-                         self._deadline)
+                          self._deadline)
         self._marker.attrs["committed"] = hi
         self._committed = hi
         self._buffer.clear()

@@ -274,8 +274,9 @@ def short_pair_forces(target: ShortTree, source: ShortTree, forces: Forces,
 
         t, s = target.tree, source.tree
         in_tree_order = cuda.short_pair_forces((t.x, t.y, t.z), (s.x, s.y, s.z), s.m,
-                                          forces.eps2(t.x.dtype), periodic.box, periodic.split,
-                                          periodic.cutoff, forces.with_potential)
+                                               forces.eps2(t.x.dtype), periodic.box,
+                                               periodic.split, periodic.cutoff,
+                                               forces.with_potential)
         out = np.empty_like(in_tree_order)
         out[:, t.order] = in_tree_order
         return out
