@@ -13,7 +13,7 @@ import numpy as np
 import xarray as xr
 
 from ._validate import check_int, check_memory, check_real
-from .bodies import make_bodies
+from .bodies import make_bodies, wrap
 
 __all__ = [
     "uniform_cube",
@@ -155,9 +155,7 @@ def plummer_clumps(n: int, seed: int = 0, *, clumps: int = 20, box_size: float =
         scale = radius / (3 * np.pi / 16)  # Henon units: scale radius 3 pi / 16, M = 1
         parts.append(sphere.position.values * scale + rng.random(3) * box_size)
         speeds.append(sphere.velocity.values * np.sqrt((count / n) / scale))
-    pos = np.concatenate(parts)
-    pos -= box_size * np.floor(pos / box_size)
-    pos[pos >= box_size] -= box_size
+    pos = wrap(np.concatenate(parts), box_size)
     ds = make_bodies(pos, np.concatenate(speeds), np.full(n, 1.0 / n))
     ds.attrs.update(initial_conditions="plummer_clumps", seed=seed, box_size=box_size,
                     units="G = 1, M = 1")
