@@ -263,6 +263,9 @@ def test_device_cache_in_simulator():
         small.get(moved); small.get(mass); small.get(extra)  # the oldest, moved, goes
         out["bounded"] = [len(small), small.nbytes <= small.max_bytes,
                           small.get(mass) is small.get(mass)]
+        x, y, z = extra  # an array alone and stacked with others: two copies, not one
+        out["stacked"] = [list(small.get(x).shape), list(small.get(x, y, z).shape),
+                          list(small.get(x).shape)]
         print(json.dumps(out))
     """)
     assert result["same"]
@@ -273,6 +276,7 @@ def test_device_cache_in_simulator():
     assert result["after_del"] == 1  # only the masses are still alive
     assert result["fresh"] < 1e-5
     assert result["bounded"] == [2, True, True]
+    assert result["stacked"] == [[40], [3, 40], [40]]
 
 
 def test_cuda_backend_without_gpu_fails_at_once(client):

@@ -249,7 +249,7 @@ class DeviceCache:
         self.nbytes = 0
         self.hits = 0
         self.misses = 0
-        self._entries: OrderedDict[int, tuple[weakref.ref, object, int]] = OrderedDict()
+        self._entries: OrderedDict[tuple[int, int], tuple[weakref.ref, object, int]] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -258,8 +258,8 @@ class DeviceCache:
     def get(self, host: np.ndarray, *more: np.ndarray):
         """The device copy of ``host`` (copied now if not cached); with ``more`` arrays of
         its length, of ``host`` and those stacked as rows (a tree's coordinates, say), kept
-        while ``host`` lives."""
-        key = id(host)
+        while ``host`` lives (the rows must not change while it does)."""
+        key = (id(host), len(more))  # host alone and host stacked are different copies
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None and entry[0]() is host:
@@ -284,12 +284,12 @@ class DeviceCache:
             self._entries.clear()
             self.nbytes = 0
 
-    def _drop(self, key: int) -> None:
+    def _drop(self, key: tuple[int, int]) -> None:
         entry = self._entries.pop(key, None)
         if entry is not None:
             self.nbytes -= entry[2]
 
-    def _forget(self, key: int, ref: weakref.ref) -> None:
+    def _forget(self, key: tuple[int, int], ref: weakref.ref) -> None:
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None and entry[0] is ref:  # not a newer array with the same id
