@@ -34,6 +34,9 @@ from .driver import SimulationInterrupted  # noqa: E402
 from .session import EnergyErrorExceeded  # noqa: E402
 from .evaluate import accelerations, force_accuracy, potential_energy  # noqa: E402
 from .storage import DamagedStoreError, open_trajectory, verify_trajectory  # noqa: E402
+from . import cosmology  # noqa: E402
+from .lpt import cosmological_ics  # noqa: E402
+from .power import power_spectrum  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -60,4 +63,7 @@ __all__ = [
     "exponential_disk",
     "plummer_clumps",
     "initial_conditions",
+    "cosmology",
+    "cosmological_ics",
+    "power_spectrum",
 ]

@@ -10,6 +10,7 @@ run or a resume needs of the bodies and the store. Nothing here starts a cluster
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -19,6 +20,7 @@ import xarray as xr
 from . import config
 from ._validate import check_real
 from .bodies import as_bodies, check_fits_dtype, resolve_dtype, wrap_positions
+from .cosmology import as_cosmology, to_json
 from .lease import refuse_if_in_use
 from .location import StoreLocation, store_location
 from .plan import Plan, check_backend, check_method, resolve_method
@@ -52,20 +54,27 @@ class RunArguments:
     mesh_slabs: int | None = None
     split: float | None = None
     cutoff: float | None = None
+    cosmology: Any = None
+    a_end: float | None = None
+    z_end: float | None = None
 
-    def plan(self, n: int) -> Plan:
+    def plan(self, n: int, a_start: float | None = None) -> Plan:
         """The plan of a run of ``n`` bodies: defaults from the configuration, ``"auto"``
-        resolved; every value checked (by :class:`~nbody_dask.plan.Plan`)."""
+        resolved; every value checked (by :class:`~nbody_dask.plan.Plan`). A cosmological
+        run starts at scale factor ``a_start``."""
         config.validate()
         asked = check_method(config.get("method", self.method))
         box_size = config.get("box-size", self.box_size)
         method = resolve_method(asked, n, box_size is not None)
-        for name in ("steps", "dt"):
-            if getattr(self, name) is None:
+        steps, dt, comoving = self.steps, self.dt, self.comoving_fields(a_start)
+        if comoving:
+            steps, dt = self._comoving_steps(comoving["a_start"], comoving["a_end"])
+        for name, value in (("steps", steps), ("dt", dt)):
+            if value is None:
                 raise TypeError(f"{name} is required")
         try:
             return Plan(
-                n=n, steps=self.steps, dt=self.dt,
+                n=n, steps=steps, dt=dt, **comoving,
                 softening=0.0 if self.softening is None else self.softening,
                 G=1.0 if self.G is None else self.G,
                 snapshot_every=self.snapshot_every,
@@ -85,6 +94,56 @@ class RunArguments:
             raise ValueError(f"{exc} (method={asked!r} chose {method!r} for {n} bodies)"
                              ) from None
 
+    def comoving_fields(self, a_start: float | None) -> dict[str, Any]:
+        """A cosmological run's plan fields (``cosmology`` as JSON, ``a_start``, ``a_end``
+        from ``a_end`` or ``z_end``, default 1); empty without a cosmology."""
+        if self.cosmology is None:
+            for name in ("a_end", "z_end"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name} is for cosmological runs: give cosmology=")
+            return {}
+        if self.a_end is not None and self.z_end is not None:
+            raise ValueError(f"give a_end or z_end, not both (got a_end={self.a_end!r}, "
+                             f"z_end={self.z_end!r})")
+        if a_start is None:
+            raise ValueError("a cosmological run starts at the bodies' scale factor: give "
+                             "bodies with a scalar time coordinate, the scale factor "
+                             "(cosmological_ics sets it)")
+        a_start = check_real("the bodies' scale factor (time)", a_start, positive=True)
+        if self.z_end is not None:
+            z_end = check_real("z_end", self.z_end)
+            if z_end <= -1:
+                raise ValueError(f"z_end must be > -1, got {self.z_end!r}")
+            a_end = 1 / (1 + z_end)
+        else:
+            a_end = 1.0 if self.a_end is None else check_real("a_end", self.a_end,
+                                                                positive=True)
+        if a_end <= a_start:
+            raise ValueError(f"the run must end after it starts: a_end={a_end!r} <= the "
+                             f"bodies' scale factor {a_start!r}")
+        return {"cosmology": to_json(as_cosmology(self.cosmology)), "a_start": a_start,
+                "a_end": a_end}
+
+    def _comoving_steps(self, a_start: float, a_end: float) -> tuple[int, float]:
+        """A cosmological run's steps (given, or from ``dt``, the largest step in ``ln a``)
+        and its step in ``ln a``."""
+        span = math.log(a_end / a_start)
+        if self.steps is not None and self.dt is not None:
+            raise ValueError(f"a cosmological run takes steps or dt (its step in ln a), not "
+                             f"both (got steps={self.steps!r}, dt={self.dt!r})")
+        if self.steps is None:
+            if self.dt is None:
+                raise TypeError("a cosmological run needs steps= or dt= (the step in ln a)")
+            dt = check_real("dt", self.dt, positive=True)
+            steps = max(1, math.ceil(span / dt - 1e-9))
+        else:
+            steps = self.steps
+            if isinstance(steps, int) and not isinstance(steps, bool) and steps < 1:
+                raise ValueError(f"steps must be >= 1 in a cosmological run, got {steps!r}")
+        if not isinstance(steps, int) or isinstance(steps, bool):
+            return steps, span  # Plan names the bad value
+        return steps, span / steps
+
     def in_code_units(self, attrs: dict[str, Any]) -> RunArguments:
         """These arguments with the quantities among ``dt``, ``softening`` and
         ``box_size`` converted to the code units of a body set's unit system ``attrs``
@@ -101,6 +160,14 @@ class RunArguments:
             if value is None or field.name == "backend" or (field.name == "method"
                                                               and value == "auto"):
                 continue
+            if plan.comoving and field.name in ("cosmology", "z_end", "dt"):
+                if field.name == "cosmology" and to_json(as_cosmology(value)) \
+                        != plan.cosmology:
+                    raise ValueError("resume: cosmology differs from the store's")
+                if field.name == "z_end" and 1 / (1 + value) != plan.a_end:
+                    raise ValueError(f"resume: z_end={value!r} differs from the store's "
+                                     f"a_end={plan.a_end!r}")
+                continue  # dt: the store's is the step in ln a that it took
             if field.name == "dtype":
                 value = np.dtype(resolve_dtype(value)).name
             expected = getattr(plan, field.name)
@@ -112,16 +179,20 @@ class RunArguments:
 def fresh_start(bodies: Any, store: Any, storage_options: dict | None, overwrite: bool,
                 args: RunArguments) -> tuple[Plan, StoreLocation | None, xr.Dataset, float]:
     """Check a new run: its plan, store location, body set and start time."""
-    missing = [k for k, v in (("bodies", bodies), ("steps", args.steps), ("dt", args.dt))
-               if v is None]
+    comoving = args.cosmology is not None or "cosmology" in getattr(bodies, "attrs", {})
+    required = [("bodies", bodies)] if comoving else [("bodies", bodies), ("steps", args.steps),
+                                                      ("dt", args.dt)]
+    missing = [k for k, v in required if v is None]
     if missing:
         raise TypeError(f"simulate() needs {', '.join(missing)} (or resume=True with a store)")
     ds = as_bodies(bodies)
     if args.G not in (None, 1) and declares_units(ds.attrs):
         raise ValueError(f"G={args.G!r}: the bodies are in physical units, whose code units "
                          "set G = 1 (nbody_dask.units); leave G out")
-    args = args.in_code_units(ds.attrs)
-    plan = args.plan(ds.sizes["body"])
+    args = _with_bodies_cosmology(args, ds.attrs).in_code_units(ds.attrs)
+    t0 = start_time(bodies)
+    plan = args.plan(ds.sizes["body"], a_start=t0 if args.cosmology is not None else None)
+    t0 = 0.0 if t0 is None else t0
     check_fits_dtype(ds, plan.dtype, dt=plan.dt, softening=plan.softening, G=plan.G,
                      dt_half=0.5 * plan.dt, softening_squared=plan.softening**2,
                      **({} if plan.box_size is None else {"box_size": plan.box_size}))
@@ -129,7 +200,17 @@ def fresh_start(bodies: Any, store: Any, storage_options: dict | None, overwrite
     if store is None and storage_options is not None:
         raise ValueError("storage_options are for store=<an object-store URL>; no store given")
     path = None if store is None else check_store_path(store, overwrite, storage_options)
-    return plan, path, ds, start_time(bodies)
+    return plan, path, ds, t0
+
+
+def _with_bodies_cosmology(args: RunArguments, attrs: dict[str, Any]) -> RunArguments:
+    """``args`` with the cosmology and box of bodies that carry them (cosmological initial
+    conditions: :func:`nbody_dask.cosmological_ics`), unless given."""
+    if args.cosmology is None and "cosmology" in attrs:
+        args = replace(args, cosmology=attrs["cosmology"])
+    if args.cosmology is not None and args.box_size is None and "box_size" in attrs:
+        args = replace(args, box_size=float(attrs["box_size"]))
+    return args
 
 
 def resume_point(bodies: Any, store: Any, storage_options: dict | None, overwrite: bool,
@@ -156,8 +237,9 @@ def resume_point(bodies: Any, store: Any, storage_options: dict | None, overwrit
     return plan, path, ds.sizes["time"] == len(plan.snapshot_steps())
 
 
-def start_time(bodies: Any) -> float:
-    """The start time of a run: a body set's scalar ``time`` coordinate (a snapshot's), or 0."""
+def start_time(bodies: Any) -> float | None:
+    """The start time of a run: a body set's scalar ``time`` coordinate (a snapshot's), or
+    None."""
     if isinstance(bodies, xr.Dataset) and "time" in bodies.coords and bodies["time"].ndim == 0:
         return check_real("bodies.time", bodies["time"].item())
-    return 0.0
+    return None

@@ -29,6 +29,7 @@ from .backends import cluster_backend
 from .bodies import as_bodies, resolve_dtype, split_tiles
 from .clusters import total_threads
 from .diagnostics import as_record
+from .integrators import canonical
 from .graph import Piece, fused_steps, initial_pieces, key, snapshot_graph, steps_pieces
 from .lease import WriterLease
 from .location import StoreLocation, describe_error, store_faults
@@ -167,9 +168,11 @@ class Driver:
         if self.committer.committed:
             bodies = load_snapshot(self.path, index)
         self.token = run_token(bodies, plan, str(self.path), index)
-        tiles = c.scatter(split_tiles(bodies, plan.tile_size, resolve_dtype(plan.dtype)),
-                          hash=False)
         step = self.snapshot_steps[index]
+        tiles = split_tiles(bodies, plan.tile_size, resolve_dtype(plan.dtype))
+        if plan.comoving:  # the state carries momenta, snapshots peculiar velocities
+            tiles = [canonical(tile, plan.scale_factor(step)) for tile in tiles]
+        tiles = c.scatter(tiles, hash=False)
         state, self.state = submit_pieces(c, initial_pieces(
             plan, self.token, tiles, threads=self.threads, step=step,
             fallback=frozenset(self.fallback)))

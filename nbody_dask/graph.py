@@ -85,8 +85,8 @@ def submit(dsk: Graph, fetch: str | None = None, **keep: list
 @dataclass(frozen=True)
 class Evaluation:
     """One force evaluation that a method adds to a graph: at ``step`` of a run (``token``),
-    with the potential or not, followed by a kick of ``dt / 2`` (None: the initial
-    evaluation, no kick), on ``threads`` kernel threads per task where a task runs a
+    with the potential or not, followed by a closing kick of factor ``kick`` (None: the
+    initial evaluation, no kick), on ``threads`` kernel threads per task where a task runs a
     parallel kernel (None: every core), with the method's fallback in force in the stretches
     that start at the steps of ``fallback``."""
 
@@ -94,7 +94,7 @@ class Evaluation:
     token: str
     step: int
     with_potential: bool
-    dt: float | None
+    kick: float | None
     threads: int | None = None
     fallback: frozenset[int] = field(default_factory=frozenset)
 
@@ -108,7 +108,11 @@ class Evaluation:
 
     @property
     def closing(self) -> tasks.Closing:
-        return tasks.Closing(self.step, self.plan.G, self.dt)
+        plan = self.plan
+        # a comoving run's momenta are rounded as a resume would read them at snapshots
+        scale = plan.scale_factor(self.step) if plan.comoving and self.with_potential \
+            else None
+        return tasks.Closing(self.step, plan.G, self.kick, scale)
 
 
 def combine(dsk: Graph, parts: list[Part], groups: list, name: Callable[[int, int], str]
@@ -248,9 +252,10 @@ def steps_pieces(plan: Plan, token: str, tiles: Sequence, state: Any, first: int
     method, dsk = plan.force_method, {}
     for step in range(first, last + 1):
         drifted = [key(token, "drift", step, i) for i in range(len(tiles))]
+        kick, drift, close = plan.step_factors(step)
         for name, tile in zip(drifted, tiles, strict=True):
-            dsk[name] = (open_step, tile, plan.dt, plan.box_size)
-        ev = Evaluation(plan, token, step, step in potential_steps, plan.dt, threads,
+            dsk[name] = (open_step, tile, kick, drift, plan.box_size)
+        ev = Evaluation(plan, token, step, step in potential_steps, close, threads,
                         fallback)
         dsk, tiles, state = yield from method.evaluate(ev, dsk, drifted, state)
     return (yield from _finish(dsk, tiles, state))
@@ -309,7 +314,8 @@ def snapshot_graph(plan: Plan, token: str, tiles: Sequence, step: int,
     tiles = body_order(dsk, plan, token, step, tiles)
     parts = [(key(token, "snapshot", step, i), None) for i in range(len(tiles))]
     for (name, _), tile in zip(parts, tiles, strict=True):
-        dsk[name] = (tasks.write_and_measure, path, index, tile, plan.G, token, writer)
+        dsk[name] = (tasks.write_and_measure, path, index, tile, plan.G, token, writer,
+                     plan.scale_factor(step) if plan.comoving else None)
     parts = combine(dsk, parts, plan.groups(),
                     lambda level, g: key(token, f"diagcombine{level}", step, g))
     total = key(token, "diagnostics", step)

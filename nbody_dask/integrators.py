@@ -2,10 +2,19 @@
 
 One step of length ``dt`` from ``(x, v, a)``::
 
-    v_half = v + a * dt/2          # opening half-kick   } open_step
-    x_new  = x + v_half * dt       # drift               }
+    v_half = v + a * K1            # opening half-kick   } open_step
+    x_new  = x + v_half * D        # drift               }
     a_new  = F(x_new)              # one force evaluation (the run's force method)
-    v_new  = v_half + a_new * dt/2 # closing half-kick   close_step
+    v_new  = v_half + a_new * K2   # closing half-kick   close_step
+
+with ``K1 = K2 = dt / 2`` and ``D = dt`` (:meth:`nbody_dask.plan.Plan.step_factors`). In a
+comoving run ``v`` is the canonical momentum ``p = a^2 dx/dt``, and ``K1, D, K2`` are the
+integrals of ``dt / a``, ``dt / a^2`` and ``dt / a`` over the step's halves and whole
+(:mod:`nbody_dask.cosmology`): the same symplectic scheme in those variables (Quinn et al.
+1997). Snapshots hold peculiar velocities ``p / a`` (:func:`peculiar`); at every snapshot
+step the momentum is replaced by ``(p / a) a`` in the tile's dtype (:func:`close_step`), the
+value a resume from that snapshot starts from (:func:`canonical`), so a resumed run is
+bit-identical (``x -> (x / a) a`` is idempotent in IEEE arithmetic).
 
 The closing half-kick of step k uses the accelerations that also open step k+1, so each step
 costs one force evaluation. The scheme is symplectic and time-reversible, second order in
@@ -19,44 +28,67 @@ import numpy as np
 
 from .bodies import Tile, wrap
 
-__all__ = ["open_step", "close_step", "check_finite", "NonFiniteStateError", "INTEGRATOR"]
+__all__ = ["open_step", "close_step", "canonical", "peculiar", "check_finite",
+           "NonFiniteStateError", "INTEGRATOR"]
 
 INTEGRATOR = "leapfrog-kdk"
 
 
-def open_step(tile: Tile, dt: float, box: float | None = None) -> Tile:
-    """Opening half-kick and drift: returns positions at the new time (wrapped into
-    ``[0, box)`` in a periodic cube of side ``box``), half-step velocities."""
+def open_step(tile: Tile, kick: float, drift: float, box: float | None = None) -> Tile:
+    """Opening half-kick (by ``kick``) and drift (by ``drift``): returns positions at the new
+    time (wrapped into ``[0, box)`` in a periodic cube of side ``box``), half-step
+    velocities."""
     ftype = tile.position.dtype.type
     with np.errstate(over="ignore", invalid="ignore"):  # check_finite reports it, by step
-        v_half = tile.velocity + tile.acceleration * ftype(0.5 * dt)
-        x_new = tile.position + v_half * ftype(dt)
+        v_half = tile.velocity + tile.acceleration * ftype(kick)
+        x_new = tile.position + v_half * ftype(drift)
     if box is not None:
         x_new = wrap(x_new, box)
     return tile.evolve(position=x_new, velocity=v_half, acceleration=None, potential=None)
 
 
-def close_step(tile: Tile, forces: np.ndarray, G: float, dt: float | None) -> Tile:
+def close_step(tile: Tile, forces: np.ndarray, G: float, kick: float | None,
+               scale: float | None = None) -> Tile:
     """Attach the new forces and apply the closing half-kick.
 
     Parameters
     ----------
     tile : Tile
-        Output of :func:`open_step` (or the initial tile when ``dt`` is None).
+        Output of :func:`open_step` (or the initial tile when ``kick`` is None).
     forces : ndarray, shape (3, n) or (4, n)
         Summed kernel partials (G = 1): accelerations, and the potential in row 3 if present.
     G : float
         Gravitational constant, applied here once.
-    dt : float or None
-        Step length; None attaches the forces without a kick (the initial evaluation).
+    kick : float or None
+        The closing kick's factor (``dt / 2``); None attaches the forces without a kick
+        (the initial evaluation).
+    scale : float or None
+        A comoving run's scale factor at a snapshot step: the momenta become
+        ``(p / a) a``, what a resume from the snapshot starts from.
     """
     ftype = tile.position.dtype.type
     g = ftype(G)
     with np.errstate(over="ignore", invalid="ignore"):  # check_finite reports it, by step
         acc = forces[:3] * g
         potential = forces[3] * g if forces.shape[0] == 4 else None
-        velocity = tile.velocity if dt is None else tile.velocity + acc * ftype(0.5 * dt)
+        velocity = tile.velocity if kick is None else tile.velocity + acc * ftype(kick)
+        if scale is not None:
+            velocity = (velocity / ftype(scale)) * ftype(scale)
     return tile.evolve(velocity=velocity, acceleration=acc, potential=potential)
+
+
+def canonical(tile: Tile, scale: float) -> Tile:
+    """A comoving run's tile with peculiar velocities ``v`` as the state's momenta
+    ``p = a v`` at scale factor ``scale``."""
+    return tile.evolve(velocity=tile.velocity * tile.position.dtype.type(scale))
+
+
+def peculiar(tile: Tile, scale: float) -> Tile:
+    """A comoving run's tile as a snapshot holds it at scale factor ``scale``: peculiar
+    velocities ``p / a`` and the peculiar potential ``phi / a``."""
+    ftype = tile.position.dtype.type
+    potential = None if tile.potential is None else tile.potential / ftype(scale)
+    return tile.evolve(velocity=tile.velocity / ftype(scale), potential=potential)
 
 
 class NonFiniteStateError(FloatingPointError):

@@ -24,6 +24,7 @@ Two layouts share the arithmetic:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import config, methods
 from ._validate import check_int, check_real
+from .cosmology import Background
 
 if TYPE_CHECKING:
     from .methods import ForceMethod
@@ -137,6 +139,20 @@ def fast_mesh_size(n: int) -> int:
         if rest == 1:
             return size
         size += 1
+
+
+@functools.lru_cache(maxsize=8)
+def _comoving_factors(cosmology: str, a_start: float, a_end: float, steps: int):
+    """The leapfrog factors of every step of a comoving run, shape (3, steps)."""
+    return Background(cosmology).step_factors(
+        [_scale_factor(a_start, a_end, steps, k) for k in range(steps + 1)])
+
+
+def _scale_factor(a_start: float, a_end: float, steps: int, step: int) -> float:
+    """The scale factor after ``step`` of ``steps`` steps uniform in ``ln a``."""
+    if step == steps:
+        return a_end
+    return math.exp(math.log(a_start) + step * (math.log(a_end / a_start) / steps))
 
 
 def tile_bounds(n: int, tile_size: int) -> list[tuple[int, int]]:
@@ -336,6 +352,13 @@ class Plan:
         TreePM's force split scale ``r_s`` in mesh cells.
     cutoff : float
         TreePM's short-range cutoff in units of ``r_s``.
+    cosmology : str or None
+        A comoving run's cosmology as JSON (:func:`nbody_dask.cosmology.to_json`); None: a
+        static box or an isolated system. The time is then the scale factor, from
+        :attr:`a_start` to :attr:`a_end` in steps of :attr:`dt` in ``ln a``, and the state
+        carries canonical momenta (:mod:`nbody_dask.integrators`).
+    a_start, a_end : float or None
+        A comoving run's first and last scale factor.
     """
 
     n: int
@@ -361,9 +384,13 @@ class Plan:
     mesh_slabs: int | None = None
     split: float | None = None
     cutoff: float | None = None
+    cosmology: str | None = None
+    a_start: float | None = None
+    a_end: float | None = None
 
     def __post_init__(self) -> None:
         self._check_numbers()
+        self._check_comoving()
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if not isinstance(self.symmetric, bool):
@@ -418,6 +445,59 @@ class Plan:
                 and self.mesh_slabs > self.mesh_size:
             raise ValueError(f"mesh_slabs must be <= mesh_size ({self.mesh_size}), got "
                              f"{self.mesh_slabs!r}")
+
+    def _check_comoving(self) -> None:
+        if self.cosmology is None:
+            for name in ("a_start", "a_end"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name} is for cosmological runs (cosmology=...)")
+            return
+        if not isinstance(self.cosmology, str):
+            raise TypeError(f"a plan's cosmology is JSON text, got {self.cosmology!r}")
+        if self.box_size is None:
+            raise ValueError("a cosmological run needs a periodic box: give box_size")
+        if self.G != 1.0:
+            raise ValueError(f"G={self.G!r}: a cosmological run's code units set G = 1")
+        for name in ("a_start", "a_end"):
+            object.__setattr__(self, name, check_real(name, getattr(self, name),
+                                                      positive=True))
+        if self.a_end <= self.a_start:
+            raise ValueError(f"a_end must be > a_start ({self.a_start!r}), got "
+                             f"{self.a_end!r}")
+        if self.steps == 0:
+            raise ValueError("a cosmological run needs steps >= 1")
+        expected = math.log(self.a_end / self.a_start) / self.steps
+        if not math.isclose(self.dt, expected, rel_tol=1e-12):
+            raise ValueError(f"dt must be the step in ln a, ln(a_end / a_start) / steps = "
+                             f"{expected!r}, got {self.dt!r}")
+
+    @property
+    def comoving(self) -> bool:
+        """A cosmological run: comoving coordinates, canonical momenta, time = scale factor."""
+        return self.cosmology is not None
+
+    def scale_factor(self, step: int) -> float:
+        """A comoving run's scale factor after ``step`` steps (uniform in ``ln a``)."""
+        if self.cosmology is None:
+            raise ValueError("the plan has no cosmology")
+        return _scale_factor(self.a_start, self.a_end, self.steps, step)
+
+    def step_factors(self, step: int) -> tuple[float, float, float]:
+        """The leapfrog's factors of step ``step`` (from ``step - 1``): the opening kick, the
+        drift and the closing kick: ``dt / 2, dt, dt / 2``, or in a comoving run
+        ``int dt / a`` to the step's middle, ``int dt / a^2``, ``int dt / a`` from the middle
+        (:meth:`nbody_dask.cosmology.Background.step_factors`)."""
+        if self.cosmology is None:
+            return 0.5 * self.dt, self.dt, 0.5 * self.dt
+        table = _comoving_factors(self.cosmology, self.a_start, self.a_end, self.steps)
+        return tuple(float(table[row, step - 1]) for row in range(3))
+
+    def snapshot_times(self, t0: float) -> list[float]:
+        """The ``time`` of each snapshot: ``t0 + step dt``, or a comoving run's scale
+        factor."""
+        if self.cosmology is not None:
+            return [self.scale_factor(step) for step in self.snapshot_steps()]
+        return [t0 + step * self.dt for step in self.snapshot_steps()]
 
     @property
     def periodic(self) -> bool:

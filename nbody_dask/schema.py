@@ -39,6 +39,10 @@ def store_attrs(plan: Plan, bodies: xr.Dataset) -> dict[str, Any]:
         "method": plan.method,
         **{name: getattr(plan, name) for name in plan.force_method.parameters},
         **({"force_error_sample": plan.force_error_sample} if plan.force_error_sample else {}),
+        **({"box_size": plan.box_size} if plan.periodic else {}),
+        **({"cosmology": plan.cosmology, "a_start": plan.a_start, "a_end": plan.a_end,
+            "dt": plan.dt, "time_variable": "scale factor a (steps uniform in ln a, dt)",
+            "velocity_convention": "peculiar velocity a dx/dt"} if plan.comoving else {}),
         "nbody_dask_version": __version__,
         "config": json.dumps(plan.stored()),
         # the unit system (e.g. bodies.attrs["length_unit"] = "1 kpc"): what one code unit is

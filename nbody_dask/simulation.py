@@ -57,6 +57,9 @@ def simulate(
     mesh_slabs: int | None = None,
     split: float | None = None,
     cutoff: float | None = None,
+    cosmology: Any = None,
+    a_end: float | None = None,
+    z_end: float | None = None,
     client: Client | None = None,
     overwrite: bool = False,
     resume: bool = False,
@@ -156,6 +159,19 @@ def simulate(
         TreePM's force split scale ``r_s`` in mesh cells (``nbody.split``, 2.5).
     cutoff : float, optional
         TreePM's short-range cutoff in units of ``r_s`` (``nbody.cutoff``, 5.0).
+    cosmology : astropy FLRW, str or mapping, optional
+        Integrate in comoving coordinates in a box expanding with this cosmology (an
+        astropy cosmology, a name such as ``"Planck18"``, or parameters: see
+        :func:`nbody_dask.cosmology.as_cosmology`); by default the bodies' ``cosmology``
+        attribute when they have one (:func:`nbody_dask.cosmological_ics`). The run starts
+        at the bodies' scale factor (their scalar ``time`` coordinate) and ends at ``a_end``
+        or ``z_end`` (default today, a = 1) in ``steps`` steps uniform in ``ln a``, or steps
+        of at most ``dt`` in ``ln a`` (give one of them). Positions are comoving, velocities
+        peculiar, in the bodies' code units (:func:`nbody_dask.cosmology.unit_system`); the
+        trajectory's ``time`` is the scale factor, with a ``redshift`` coordinate. Needs a
+        periodic box (``box_size``, by default the bodies' attribute) and G = 1.
+    a_end, z_end : float, optional
+        Where a cosmological run ends (one of them; default a = 1).
     client : distributed.Client, optional
         Cluster to run on. None starts a :func:`nbody_dask.clusters.local` cluster bound
         to 127.0.0.1 and closes it afterwards.
@@ -221,13 +237,17 @@ def simulate(
     _check_flags(overwrite=overwrite, resume=resume, callback=callback)
     if max_energy_error is not None:
         max_energy_error = check_real("max_energy_error", max_energy_error, positive=True)
+        if cosmology is not None or "cosmology" in getattr(bodies, "attrs", {}):
+            raise ValueError("max_energy_error is for isolated and static runs: the energy "
+                             "of an expanding box is not conserved")
     show_progress = bool(config.get("progress", progress))
     args = RunArguments(steps=steps, dt=dt, softening=softening, G=G,
                         snapshot_every=snapshot_every, dtype=dtype, tile_size=tile_size,
                         split_every=split_every, backend=backend, layout=layout, method=method,
                         theta=theta, leaf_size=leaf_size, force_error_sample=force_error_sample,
                         box_size=box_size, mesh_size=mesh_size, mesh_slabs=mesh_slabs,
-                        split=split, cutoff=cutoff)
+                        split=split, cutoff=cutoff, cosmology=cosmology, a_end=a_end,
+                        z_end=z_end)
     if resume:
         plan, path, done = resume_point(bodies, store, storage_options, overwrite, args)
         ds, t0 = None, 0.0
@@ -266,11 +286,14 @@ def _create_store(path: StoreLocation, bodies: xr.Dataset, plan: Plan, t0: float
                   lease: WriterLease | None) -> None:
     """Lay out a new run's store (its arrays, attributes and snapshot schedule), once this
     run is sure to hold its lease."""
-    create_store(path, bodies, snapshot_steps=plan.snapshot_steps(), t0=t0, dt=plan.dt,
-                 dtype=resolve_dtype(plan.dtype), tile_size=plan.tile_size,
-                 attrs=store_attrs(plan, bodies), units=cf_units(bodies),
+    units = cf_units(bodies)
+    if units is not None and plan.comoving:
+        units.pop("time")  # a comoving run's time is the scale factor
+    create_store(path, bodies, snapshot_steps=plan.snapshot_steps(),
+                 times=plan.snapshot_times(t0), dtype=resolve_dtype(plan.dtype),
+                 tile_size=plan.tile_size, attrs=store_attrs(plan, bodies), units=units,
                  force_errors=plan.force_error_sample > 0,
-                 guard=None if lease is None else lease.check)
+                 guard=None if lease is None else lease.check, scale_factor=plan.comoving)
 
 
 def _reporter(*listeners: Callable[[int, dict | None], None] | None

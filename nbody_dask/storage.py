@@ -173,16 +173,19 @@ def create_store(
     bodies: xr.Dataset,
     *,
     snapshot_steps: list[int],
-    t0: float,
-    dt: float,
+    times: list[float],
     dtype: type[np.floating],
     tile_size: int,
     attrs: dict[str, Any],
     units: dict[str, str] | None = None,
     force_errors: bool = False,
     guard: Callable[[], None] | None = None,
+    scale_factor: bool = False,
 ) -> None:
-    """Lay out an empty trajectory store for ``len(snapshot_steps)`` snapshots.
+    """Lay out an empty trajectory store for ``len(snapshot_steps)`` snapshots at ``times``.
+
+    ``scale_factor``: the times are a comoving run's scale factors (the ``time``
+    coordinate says so and a ``redshift`` coordinate comes beside it).
 
     ``units`` maps variable names (and ``time``) to CF ``units`` attributes, for runs in
     physical units (:meth:`nbody_dask.units.UnitSystem.cf_units`). ``force_errors`` adds
@@ -224,7 +227,11 @@ def create_store(
             **optional,
         },
         coords={
-            "time": ("time", t0 + steps * dt, {"units": TIME_UNITS, "long_name": "time"}),
+            "time": ("time", np.asarray(times, dtype=np.float64),
+                     {"long_name": "scale factor", "units": "1"} if scale_factor
+                     else {"units": TIME_UNITS, "long_name": "time"}),
+            **({"redshift": ("time", 1 / np.asarray(times, dtype=np.float64) - 1,
+                             {"long_name": "redshift"})} if scale_factor else {}),
             "step": ("time", steps, {"long_name": "step number"}),
             "body": ("body", bodies["body"].values, {"long_name": "body id"}),
             "axis": ("axis", np.array(AXES, dtype=object)),

@@ -19,7 +19,7 @@ import numpy as np
 from .backends import tile_kernels
 from .bodies import Tile
 from .diagnostics import tile_diagnostics
-from .integrators import check_finite, close_step
+from .integrators import check_finite, close_step, peculiar
 from .kernels import cpu, ewald, pm, rows, shortrange
 from .kernels import tree as trees
 from .location import StoreLocation
@@ -53,12 +53,15 @@ class Forces:
 
 @dataclass(frozen=True)
 class Closing:
-    """What a closing task does after the reduction: multiply by ``G``, kick by ``dt / 2``
-    (None: the initial evaluation, no kick), and check the state of ``step`` is finite."""
+    """What a closing task does after the reduction: multiply by ``G``, kick by ``kick``
+    (None: the initial evaluation, no kick), round a comoving run's momenta at a snapshot
+    step (``scale``, see :func:`~nbody_dask.integrators.close_step`), and check the state of
+    ``step`` is finite."""
 
     step: int
     G: float
-    dt: float | None
+    kick: float | None
+    scale: float | None = None
 
 
 @dataclass(frozen=True)
@@ -369,7 +372,8 @@ def reduce_in_groups(parts: list, groups: list[list[tuple[int, int]]]) -> np.nda
 
 def _kicked(closing: Closing, tile: Tile, forces: np.ndarray) -> Tile:
     """``tile`` with ``forces`` attached (times G), kicked, and checked finite."""
-    return check_finite(close_step(tile, forces, closing.G, closing.dt), closing.step)
+    return check_finite(close_step(tile, forces, closing.G, closing.kick, closing.scale),
+                        closing.step)
 
 
 def close(closing: Closing, tile: Tile, sides: Sequence[int | None], *parts: Any) -> Tile:
@@ -415,8 +419,12 @@ def close_short_row(closing: Closing, forces: Forces, periodic: Periodic, split_
 # -- snapshots and moving bodies between tiles -------------------------------------------------
 
 def write_and_measure(path: StoreLocation | None, index: int, tile: Tile, G: float, run: str,
-                      writer: str) -> np.ndarray:
-    """Write a tile's region of snapshot ``index`` (unless ``path`` is None); its diagnostics."""
+                      writer: str, scale: float | None = None) -> np.ndarray:
+    """Write a tile's region of snapshot ``index`` (unless ``path`` is None); its diagnostics.
+    A comoving run's tile (``scale``: the scale factor) is written and measured with
+    peculiar velocities and potential (:func:`~nbody_dask.integrators.peculiar`)."""
+    if scale is not None:
+        tile = peculiar(tile, scale)
     if path is not None:
         write_tile(path, index, tile, run, writer)
     return tile_diagnostics(tile, G)

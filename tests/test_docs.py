@@ -37,6 +37,9 @@ MODULES = {
     "nbody_dask.tasks": None,
     "nbody_dask.spatial": None,
     "nbody_dask.units": None,
+    "nbody_dask.cosmology": None,
+    "nbody_dask.lpt": None,
+    "nbody_dask.power": None,
     "nbody_dask.kernels.cuda": None,
 }
 

@@ -281,7 +281,7 @@ def test_store_layout_refuses_to_clear_a_store_another_run_holds(tmp_path):
     try:
         second.generation = first.generation - 1 if first.generation else -1  # not the holder
         with pytest.raises(lease.LeaseLostError):
-            create_store(location, _bodies(), snapshot_steps=[0], t0=0.0, dt=0.1,
+            create_store(location, _bodies(), snapshot_steps=[0], times=[0.0],
                          dtype=np.float64, tile_size=64, attrs={}, guard=second.check)
         assert (location.path / "precious").read_text() == "data"
     finally:
