@@ -154,6 +154,8 @@ def save_bodies(bodies: xr.Dataset, path: str | os.PathLike, *, overwrite: bool 
     if kind == "gadget":
         return write_gadget(bodies, path, overwrite=overwrite)
     ds = as_bodies(bodies)
+    if isinstance(bodies, xr.Dataset) and "time" in bodies.coords and bodies["time"].ndim == 0:
+        ds = ds.assign_coords(time=bodies["time"].item())  # a snapshot's time, an IC's a
     if kind == "zarr":
         check_store_path(path, overwrite)  # refuses to replace anything that is not Zarr
         # object strings: Zarr v3's specified variable-length string type

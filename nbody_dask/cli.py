@@ -1,5 +1,5 @@
 """The ``nbody-dask`` command line: ``run``, ``resume``, ``info``, ``ic``, ``export``, ``plot``,
-``bench``.
+``power``, ``bench``.
 
 Errors from bad options or input are one line on stderr and a non-zero exit code
 (2 for usage errors, 1 for everything else), never a traceback.
@@ -43,8 +43,11 @@ def main() -> None:
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
 @click.option("--eccentricity", type=float, default=0.5, show_default=True,
               help="Orbital eccentricity (kepler).")
-@click.option("--steps", type=int, default=200, show_default=True, help="Number of steps.")
-@click.option("--dt", type=float, default=1 / 128, show_default=True, help="Step length.")
+@click.option("--steps", type=int, default=None,
+              help="Number of steps [default: 200; a cosmological run: from --dt].")
+@click.option("--dt", type=float, default=None,
+              help="Step length [default: 1/128]; a cosmological run's largest step in ln a "
+                   "[default: 0.05, unless --steps].")
 @click.option("--softening", type=float, default=0.01, show_default=True,
               help="Plummer softening length.")
 @click.option("--snapshot-every", type=int, default=10, show_default=True,
@@ -85,6 +88,14 @@ def main() -> None:
               help="TreePM's force split scale in mesh cells [default: nbody.split, 2.5].")
 @click.option("--cutoff", type=float, default=None,
               help="TreePM's short-range cutoff in split scales [default: nbody.cutoff, 5].")
+@click.option("--cosmology", default=None, metavar="NAME|JSON",
+              help="Comoving integration in a box expanding with this cosmology: an astropy "
+                   "realization (Planck18, WMAP9, ...) or JSON parameters "
+                   "('{\"H0\": 70, \"Om0\": 0.3}') [default: the --ic file's, if any].")
+@click.option("--z-end", type=float, default=None,
+              help="Redshift a cosmological run ends at [default: 0].")
+@click.option("--a-end", type=float, default=None,
+              help="Scale factor a cosmological run ends at (instead of --z-end).")
 @click.option("-G", "--G", "G", type=float, default=None,
               help="Gravitational constant [default: 1, Hénon units].")
 @click.option("--store", default="run.zarr", show_default=True, metavar="PATH|URL",
@@ -97,8 +108,9 @@ def main() -> None:
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, tile_size,
         split_every, backend, layout, method, theta, leaf_size, force_error_sample, box_size,
-        mesh_size, mesh_slabs, split, cutoff, G, store, storage_options, overwrite,
-        max_energy_error, cluster_kind, scheduler, scheduler_file, progress) -> None:
+        mesh_size, mesh_slabs, split, cutoff, cosmology, z_end, a_end, G, store,
+        storage_options,
+        overwrite, max_energy_error, cluster_kind, scheduler, scheduler_file, progress) -> None:
     """Run a simulation and write its trajectory to a Zarr store."""
     from .location import store_location
 
@@ -106,6 +118,13 @@ def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, 
         bodies = initial_conditions(ic, n, seed, eccentricity, storage_options)
         if store_location(store).is_local:  # the options were for --ic
             storage_options = None
+        if cosmology is None and "cosmology" not in bodies.attrs:
+            steps = 200 if steps is None else steps
+            dt = 1 / 128 if dt is None else dt
+        elif steps is None and dt is None:
+            dt = 0.05
+        if cosmology is not None and cosmology.lstrip().startswith("{"):
+            cosmology = json.loads(cosmology)
         _simulate_and_report(cluster_kind, scheduler, scheduler_file, store, bodies,
                              steps=steps, dt=dt, softening=softening,
                              snapshot_every=snapshot_every, dtype=dtype, tile_size=tile_size,
@@ -113,8 +132,10 @@ def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, 
                              method=method, theta=theta, leaf_size=leaf_size,
                              force_error_sample=force_error_sample, G=G,
                              box_size=box_size, mesh_size=mesh_size,
-                             mesh_slabs=mesh_slabs, split=split,
-                             cutoff=cutoff, overwrite=overwrite, progress=progress,
+                             mesh_slabs=mesh_slabs, split=split, cutoff=cutoff,
+                             cosmology=cosmology, z_end=z_end, a_end=a_end,
+                             overwrite=overwrite,
+                             progress=progress,
                              max_energy_error=max_energy_error,
                              storage_options=storage_options)
 
@@ -255,23 +276,46 @@ def accuracy(source, storage_options, snapshot, n, seed, method, theta, leaf_siz
 
 @main.command("ic")
 @click.argument("kind", type=click.Choice(["plummer", "uniform", "kepler", "cold-collapse",
-                                           "merger", "disk", "clumps"]))
+                                           "merger", "disk", "clumps", "cosmology"]))
 @click.argument("output", type=click.Path())
 @click.option("-n", "--n", "n", type=int, default=8192, show_default=True,
-              help="Number of bodies (not kepler).")
+              help="Number of bodies (not kepler, cosmology).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
 @click.option("-p", "--param", "params", multiple=True, callback=parse_params,
               metavar="KEY=VALUE", help="Generator parameter, e.g. -p toomre_q=1.5 "
               "(repeatable; see the generator's docstring).")
+@click.option("--n-side", type=int, default=64, show_default=True,
+              help="cosmology: bodies per side of the grid.")
+@click.option("--box-size", type=float, default=None, metavar="L",
+              help="cosmology: side of the box in Mpc/h [default: n-side x 4 Mpc/h].")
+@click.option("--z-start", type=float, default=49.0, show_default=True,
+              help="cosmology: starting redshift.")
+@click.option("--cosmology", "cosmology_name", default="Planck18", show_default=True,
+              metavar="NAME|JSON", help="cosmology: an astropy realization or JSON parameters.")
+@click.option("--fixed-amplitude", is_flag=True,
+              help="cosmology: every mode at the spectrum's amplitude (no sample variance).")
+@click.option("--paired", is_flag=True, help="cosmology: every phase flipped (the pair run).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing file.")
-def ic_command(kind, output, n, seed, params, overwrite) -> None:
+def ic_command(kind, output, n, seed, params, n_side, box_size, z_start, cosmology_name,
+               fixed_amplitude, paired, overwrite) -> None:
     """Write initial conditions KIND to OUTPUT (.npz, .nc, .zarr or GADGET .hdf5), for
-    run --ic OUTPUT."""
+    run --ic OUTPUT. KIND cosmology: a periodic box by 2LPT (comoving Mpc/h, the cosmology
+    and the start's scale factor kept in a .zarr or .nc file, so that run --ic continues it
+    as a cosmological run)."""
     from .bodyfiles import save_bodies
     from .initial_conditions import generate
 
     with errors_as_messages():
-        bodies = generate(kind, n, seed, **params)
+        if kind == "cosmology":
+            from .lpt import cosmological_ics
+
+            spec = (json.loads(cosmology_name) if cosmology_name.lstrip().startswith("{")
+                    else cosmology_name)
+            bodies = cosmological_ics(n_side, 4.0 * n_side if box_size is None else box_size,
+                                      spec, z_start=z_start, seed=seed, **params,
+                                      fixed_amplitude=fixed_amplitude, paired=paired)
+        else:
+            bodies = generate(kind, n, seed, **params)
         save_bodies(bodies, output, overwrite=overwrite)
         click.echo(f"wrote {bodies.sizes['body']} bodies ({kind}) to {output}")
 
@@ -336,6 +380,60 @@ def plot(store, storage_options, directory, kinds, snapshots, plane, view, style
                                    style=style, overwrite=overwrite)
         for path in paths:
             click.echo(f"wrote {path}")
+
+
+@main.command()
+@click.argument("store")
+@storage_options_option
+@click.option("--mesh-size", type=int, default=None,
+              help="Mesh points a side [default: twice the bodies' cube root, at least 16].")
+@click.option("--snapshot", "snapshots", type=int, multiple=True,
+              help="Snapshot index (repeatable; negative from the end) [default: the last].")
+@click.option("--assignment", type=click.Choice(["tsc", "cic"]), default="tsc",
+              show_default=True)
+@click.option("--out", "output", type=click.Path(dir_okay=False), default=None,
+              help="Also write the spectra to a netCDF (.nc) or CSV (.csv) file.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out file.")
+def power(store, storage_options, mesh_size, snapshots, assignment, output,
+          overwrite) -> None:
+    """The matter power spectrum of snapshots of a periodic run in STORE: k, P(k) (shot noise
+    included) and the modes of each shell, one table a snapshot."""
+    import nbody_dask
+
+    from ._validate import check_new_file
+    from .storage import open_trajectory
+
+    with errors_as_messages():
+        traj = open_trajectory(store, storage_options=storage_options)
+        if "box_size" not in traj.attrs:
+            raise ValueError(f"{store!r} is not a periodic run (no box_size attribute)")
+        if output is not None:
+            if Path(output).suffix not in (".nc", ".csv"):
+                raise ValueError(f"--out must end in .nc or .csv, got {output!r}")
+            check_new_file(Path(output), overwrite)
+        indices = list(snapshots) or [-1]
+        count = traj.sizes["time"]
+        for index in indices:
+            if not -count <= index < count:
+                raise ValueError(f"--snapshot must be in [{-count}, {count - 1}], got {index}")
+        mesh = mesh_size or max(16, 2 * round(traj.sizes["body"] ** (1 / 3)))
+        spectra = nbody_dask.power_spectrum(traj.isel(time=indices), mesh,
+                                            assignment=assignment)
+        for i, index in enumerate(indices):
+            row = spectra.isel(time=i)
+            label = (f"z = {float(row.redshift):.4g}" if "redshift" in row.coords
+                     else f"time = {float(row.time):.6g}")
+            click.echo(f"# snapshot {index} ({label}), mesh {mesh}, shot noise "
+                       f"{float(row.shot_noise):.6g}")
+            click.echo(f"# {'k':>12} {'P(k)':>14} {'modes':>8}")
+            for k, p, m in zip(row.k.values, row.power.values, row.modes.values, strict=True):
+                click.echo(f"{k:14.6g} {p:14.6g} {int(m):8d}")
+        if output is not None:
+            if output.endswith(".nc"):
+                spectra.to_netcdf(output)
+            else:
+                spectra[["power", "modes"]].to_dataframe().to_csv(output)
+            click.echo(f"wrote {output}")
 
 
 @main.command()

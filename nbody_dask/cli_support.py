@@ -3,6 +3,8 @@ cluster options, one-line errors, the summary of a run, and the lines ``bench`` 
 
 from __future__ import annotations
 
+import json
+
 import contextlib
 import tomllib
 from collections.abc import Iterator
@@ -206,6 +208,11 @@ def run_summary(store: str, traj: Any) -> str:
             f"{np.max(np.abs(energy / energy[0] - 1)) if energy[0] else float('nan'):.3e}",
             f"momentum     max |P| = {np.abs(traj.momentum.values).max():.3e}",
         ]
+        if "cosmology" in attrs:  # an expanding box: the time is a, energy not conserved
+            name = json.loads(attrs["cosmology"]).get("name") or "custom"
+            lines[-3:-1] = [f"scale factor {times[0]:.6g} .. {times[-1]:.6g}  (z = "
+                            f"{1 / times[0] - 1:.4g} .. {1 / times[-1] - 1:.4g}; comoving, "
+                            f"{name})"]
         if "force_error" in traj:
             median, p99, largest = traj.force_error.values.max(axis=0)
             lines.append(f"force error  worst snapshot: median {median:.2e}, p99 {p99:.2e}, "

@@ -345,3 +345,36 @@ def test_dt_sets_the_largest_step_in_ln_a(client):
     assert traj.attrs["dt"] == pytest.approx(math.log(10) / steps)
     with dask.config.set({"nbody.progress": False}):
         assert nb.power_spectrum(traj.isel(time=-1), 8).sizes["k"] > 0
+
+
+# -- the command line -------------------------------------------------------------------------
+
+def test_cli_makes_cosmological_ics_runs_them_and_measures_their_spectrum(tmp_path):
+    from click.testing import CliRunner
+
+    from nbody_dask.cli import main
+
+    runner = CliRunner()
+    ics, store, table = tmp_path / "ics.zarr", tmp_path / "run.zarr", tmp_path / "pk.nc"
+    made = runner.invoke(main, ["ic", "cosmology", str(ics), "--n-side", "8", "--box-size",
+                                "100", "--z-start", "20", "--seed", "3"])
+    assert made.exit_code == 0, made.output
+    ran = runner.invoke(main, ["run", "--ic", str(ics), "--steps", "4", "--softening", "0.5",
+                               "--snapshot-every", "2", "--no-progress", "--store",
+                               str(store)])
+    assert ran.exit_code == 0, ran.output
+    assert "scale factor 0.047619 .. 1  (z = 20 .. 0; comoving, Planck18)" in ran.output
+    traj = nb.open_trajectory(store)
+    assert traj.sizes["time"] == 3 and traj.attrs["box_size"] == 100.0
+    measured = runner.invoke(main, ["power", str(store), "--snapshot", "0", "--snapshot",
+                                    "-1", "--out", str(table)])
+    assert measured.exit_code == 0, measured.output
+    assert measured.output.count("# snapshot") == 2 and "(z = 0)" in measured.output
+    saved = xr.open_dataset(table)
+    assert saved.power.dims == ("time", "k")
+    # a --dt in ln a instead of --steps; a box without a cosmology is refused by power
+    again = runner.invoke(main, ["run", "--ic", str(ics), "--dt", "1.0", "--softening", "0.5",
+                                 "--no-progress", "--store", str(tmp_path / "b.zarr")])
+    assert again.exit_code == 0 and int(nb.open_trajectory(tmp_path / "b.zarr").step[-1]) == 4
+    bad = runner.invoke(main, ["power", str(store), "--snapshot", "7"])
+    assert bad.exit_code == 1 and "--snapshot must be in [-3, 2]" in bad.output
