@@ -37,6 +37,7 @@ from .storage import DamagedStoreError, open_trajectory, verify_trajectory  # no
 from . import cosmology  # noqa: E402
 from .lpt import cosmological_ics  # noqa: E402
 from .power import power_spectrum  # noqa: E402
+from .halos import friends_of_friends  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -66,4 +67,5 @@ __all__ = [
     "cosmology",
     "cosmological_ics",
     "power_spectrum",
+    "friends_of_friends",
 ]
