@@ -1,5 +1,5 @@
 """The ``nbody-dask`` command line: ``run``, ``resume``, ``info``, ``ic``, ``export``, ``plot``,
-``power``, ``bench``.
+``power``, ``halos``, ``bench``.
 
 Errors from bad options or input are one line on stderr and a non-zero exit code
 (2 for usage errors, 1 for everything else), never a traceback.
@@ -349,9 +349,10 @@ def export(source, output, storage_options, snapshot, overwrite) -> None:
               help="Folder for the images [default: STORE without .zarr, plus -plots; for a "
                    "URL, its last part, in the working directory].")
 @click.option("--kind", "kinds", type=click.Choice(["positions", "density", "conservation",
-                                                    "lagrangian", "animation"]),
+                                                    "lagrangian", "animation", "power"]),
               multiple=True, help="Plots to make (repeatable) [default: positions, "
-                                  "conservation, lagrangian].")
+                                  "conservation, lagrangian]; power: P(k) against linear "
+                                  "theory (cosmological runs).")
 @click.option("--snapshot", "snapshots", type=int, multiple=True,
               help="Snapshot index for the positions plot (repeatable; negative from the end).")
 @click.option("--plane", type=click.Choice(["xy", "xz", "yz"]), default="xy", show_default=True)
@@ -434,6 +435,98 @@ def power(store, storage_options, mesh_size, snapshots, assignment, output,
             else:
                 spectra[["power", "modes"]].to_dataframe().to_csv(output)
             click.echo(f"wrote {output}")
+
+
+@main.command()
+@click.argument("store")
+@storage_options_option
+@click.option("--snapshot", type=int, default=-1, show_default=True,
+              help="Snapshot index (negative from the end).")
+@click.option("--linking-length", type=float, default=0.2, show_default=True,
+              help="In mean interparticle spacings.")
+@click.option("--min-members", type=int, default=20, show_default=True,
+              help="Fewest bodies of a halo.")
+@click.option("--out", "output", type=click.Path(dir_okay=False), default=None,
+              help="Write the catalogue to a netCDF (.nc) or CSV (.csv) file.")
+@click.option("--plot", "figure", type=click.Path(dir_okay=False), default=None,
+              help="Draw the halo mass function against a fit (colossus) to this PNG "
+                   "(cosmological runs).")
+@click.option("--overwrite", is_flag=True, help="Replace existing --out and --plot files.")
+def halos(store, storage_options, snapshot, linking_length, min_members, output, figure,
+          overwrite) -> None:
+    """Friends-of-friends halos of a snapshot of a periodic run in STORE: how many, the
+    heaviest ten, the mass function's bins."""
+    import nbody_dask
+
+    from ._validate import check_new_file
+    from .halos import mass_function
+    from .storage import open_trajectory
+
+    with errors_as_messages():
+        traj = open_trajectory(store, storage_options=storage_options)
+        if "box_size" not in traj.attrs:
+            raise ValueError(f"{store!r} is not a periodic run (no box_size attribute)")
+        count = traj.sizes["time"]
+        if not -count <= snapshot < count:
+            raise ValueError(f"--snapshot must be in [{-count}, {count - 1}], got {snapshot}")
+        for path, suffixes in ((output, (".nc", ".csv")), (figure, (".png",))):
+            if path is not None:
+                if Path(path).suffix not in suffixes:
+                    raise ValueError(f"{path!r} must end in {' or '.join(suffixes)}")
+                check_new_file(Path(path), overwrite)
+        if figure is not None and "cosmology" not in traj.attrs:
+            raise ValueError("--plot compares with a cosmological fit: the run has no "
+                             "cosmology")
+        snap = traj.isel(time=snapshot)
+        found = nbody_dask.friends_of_friends(snap, linking_length, min_members)
+        where = (f"z = {float(snap.redshift):.4g}" if "redshift" in snap.coords
+                 else f"time = {float(snap.time):.6g}")
+        click.echo(f"{found.sizes['halo']} halos of >= {min_members} bodies at {where} "
+                   f"(b = {linking_length:g}: {found.attrs['linking_length']:.4g} length units;"
+                   f" masses in code units{_solar_masses(traj.attrs)})")
+        if found.sizes["halo"]:
+            click.echo(f"# {'id':>10} {'members':>8} {'mass':>12} {'x':>10} {'y':>10} "
+                       f"{'z':>10}")
+            for i in range(min(10, found.sizes["halo"])):
+                h = found.isel(halo=i)
+                x, y, z = h.position.values
+                click.echo(f"{int(h.id):12d} {int(h.members):8d} {float(h.mass):12.5g} "
+                           f"{x:10.4g} {y:10.4g} {z:10.4g}")
+            hmf = mass_function(found, min(10, max(1, found.sizes["halo"] // 3)))
+            click.echo("# mass function: bin centre, dn/dlog10 M, halos")
+            for m, n, c in zip(hmf.mass.values, hmf.dn_dlog10m.values, hmf["count"].values,
+                               strict=True):
+                click.echo(f"{m:14.6g} {n:14.6g} {int(c):6d}")
+        if output is not None:
+            if output.endswith(".nc"):
+                found.to_netcdf(output)
+            else:
+                import pandas as pd
+
+                columns = {"id": found.id.values, "members": found.members.values,
+                           "mass": found.mass.values}
+                for v in ("position", "velocity"):
+                    for a, axis in enumerate("xyz"):
+                        columns[f"{v}_{axis}"] = found[v].values[:, a]
+                pd.DataFrame(columns).to_csv(output, index=False)
+            click.echo(f"wrote {output}")
+        if figure is not None:
+            from .plot import halo_mass_function
+
+            halo_mass_function(found, traj.attrs["cosmology"], float(snap.redshift)).savefig(
+                figure, dpi=120)
+            click.echo(f"wrote {figure}")
+
+
+def _solar_masses(attrs: dict) -> str:
+    """What one code unit of mass is, for a cosmological run (else nothing)."""
+    if "cosmology" not in attrs:
+        return ""
+    from .cosmology import as_cosmology, unit_system
+
+    cosmology = as_cosmology(attrs["cosmology"])
+    unit = float(unit_system(cosmology).mass.to_value("Msun")) * float(cosmology.h)
+    return f", 1 = {unit:.4g} Msun/h"
 
 
 @main.command()

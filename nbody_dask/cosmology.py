@@ -48,7 +48,7 @@ import numpy as np
 from .units import UnitSystem
 
 __all__ = ["as_cosmology", "to_json", "from_json", "Background", "Growth", "unit_system",
-           "mean_density", "linear_power", "PowerSpectrum"]
+           "mean_density", "linear_power", "colossus_cosmology", "PowerSpectrum"]
 
 #: Quadrature nodes per step of the drift and kick factors.
 _NODES = 16
@@ -247,18 +247,10 @@ class Background:
 PowerSpectrum = Callable[[np.ndarray], np.ndarray]
 
 
-def linear_power(cosmology: Any, power: PowerSpectrum | None = None, *,
-                 sigma8: float | None = None, n_s: float | None = None) -> PowerSpectrum:
-    """The linear matter power spectrum today, ``P(k)`` in (Mpc/h)^3 for ``k`` in h/Mpc.
-
-    ``power``, when given, is returned as it is. Otherwise colossus's Eisenstein & Hu
-    spectrum of the cosmology, normalised to ``sigma8`` with slope ``n_s`` (default: the
-    cosmology's metadata, as astropy's realizations carry them).
-    """
-    if power is not None:
-        if not callable(power):
-            raise TypeError(f"power must be a callable P(k), got {power!r}")
-        return power
+def colossus_cosmology(cosmology: Any, *, sigma8: float | None = None,
+                       n_s: float | None = None) -> Any:
+    """The cosmology as colossus's (set as colossus's current one, which its mass functions
+    use), with ``sigma8`` and ``n_s`` (default: the cosmology's metadata)."""
     cosmology = as_cosmology(cosmology)
     meta = cosmology.meta or {}
     sigma8 = meta.get("sigma8") if sigma8 is None else sigma8
@@ -277,6 +269,24 @@ def linear_power(cosmology: Any, power: PowerSpectrum | None = None, *,
         warnings.simplefilter("ignore")  # massive neutrinos: not in colossus's spectrum
         model = colossus.fromAstropy(cosmology, sigma8=float(sigma8), ns=float(n_s),
                                      cosmo_name="nbody-dask", persistence="")
+    colossus.setCurrent(model)
+    return model
+
+
+def linear_power(cosmology: Any, power: PowerSpectrum | None = None, *,
+                 sigma8: float | None = None, n_s: float | None = None) -> PowerSpectrum:
+    """The linear matter power spectrum today, ``P(k)`` in (Mpc/h)^3 for ``k`` in h/Mpc.
+
+    ``power``, when given, is returned as it is. Otherwise colossus's Eisenstein & Hu
+    spectrum of the cosmology, normalised to ``sigma8`` with slope ``n_s`` (default: the
+    cosmology's metadata, as astropy's realizations carry them).
+    """
+    if power is not None:
+        if not callable(power):
+            raise TypeError(f"power must be a callable P(k), got {power!r}")
+        return power
+    cosmology = as_cosmology(cosmology)
+    model = colossus_cosmology(cosmology, sigma8=sigma8, n_s=n_s)
 
     def spectrum(k: np.ndarray) -> np.ndarray:
         k = np.asarray(k, dtype=np.float64)

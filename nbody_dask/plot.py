@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
 __all__ = ["positions", "surface_density", "conservation", "lagrangian_radii", "animate",
-           "save_figures", "KINDS"]
+           "power_spectra", "halo_mass_function", "save_figures", "KINDS"]
 
 _PLANES = {"xy": (0, 1), "xz": (0, 2), "yz": (1, 2)}
 
@@ -240,6 +240,79 @@ def lagrangian_radii(trajectory: xr.Dataset,
     return fig
 
 
+def power_spectra(trajectory: xr.Dataset, snapshots: Sequence[int] | None = None, *,
+                  mesh_size: int | None = None) -> Figure:
+    """The matter power spectrum of snapshots of a cosmological run against linear theory,
+    ``P_lin(k) D(z)^2`` (dashed; colossus's spectrum of the run's cosmology), up to the
+    mesh's Nyquist frequency, with the Poisson shot noise ``V / N`` dotted (not subtracted:
+    bodies that start on a grid have less than that until they cluster); by default the
+    first and last snapshots and up to three between."""
+    from .cosmology import Background, as_cosmology, linear_power
+    from .power import power_spectrum
+
+    if "cosmology" not in trajectory.attrs:
+        raise ValueError("power_spectra is for cosmological runs (the trajectory has no "
+                         "cosmology attribute)")
+    count = trajectory.sizes["time"]
+    if snapshots is None:
+        snapshots = sorted(set(np.linspace(0, count - 1, min(count, 5)).round().astype(int)))
+    indices = _snapshot_indices(trajectory, snapshots)
+    mesh = mesh_size or max(16, 2 * round(trajectory.sizes["body"] ** (1 / 3)))
+    spectra = power_spectrum(trajectory.isel(time=indices), mesh)
+    cosmology = as_cosmology(trajectory.attrs["cosmology"])
+    linear = linear_power(cosmology)
+    growth = Background(cosmology).growth(spectra.time.values).d1
+    fig = _figure(figsize=(6.4, 4.4))
+    ax = fig.subplots()
+    k = spectra.k.values
+    for i in range(len(indices)):
+        row = spectra.isel(time=i)
+        line, = ax.loglog(k, row.power.values, label=f"z = {1 / float(row.time) - 1:.3g}")
+        ax.loglog(k, linear(k) * growth[i] ** 2, "--", color=line.get_color(), lw=0.8)
+    ax.axhline(float(spectra.shot_noise[0]), color="grey", ls=":", lw=0.8,
+               label="shot noise V/N")
+    ax.set_xlabel("k (h/Mpc)")
+    ax.set_ylabel("P(k) ((Mpc/h)³)")
+    ax.set_title(f"N = {trajectory.sizes['body']}, mesh {mesh}³; dashed: linear theory")
+    ax.legend(fontsize="small")
+    ax.grid(True, which="both", alpha=0.3)
+    return fig
+
+
+def halo_mass_function(halos: xr.Dataset, cosmology: object, redshift: float = 0.0, *,
+                       bins: int = 10, model: str = "watson13") -> Figure:
+    """The FoF halo mass function of a catalogue (:func:`nbody_dask.friends_of_friends` of a
+    cosmological run, masses in code units) with Poisson errors, against a fit from
+    colossus (``model``: one of its FoF mass functions) at ``redshift``; masses in M_sun/h."""
+    from colossus.lss import mass_function as fits
+
+    from .cosmology import as_cosmology, colossus_cosmology, unit_system
+    from .halos import mass_function
+
+    cosmology = as_cosmology(cosmology)
+    measured = mass_function(halos, bins)
+    unit = float(unit_system(cosmology).mass.to_value("Msun")) * float(cosmology.h)  # Msun/h
+    mass = measured.mass.values * unit
+    volume = float(halos.attrs["box_size"]) ** 3
+    colossus_cosmology(cosmology)
+    fit = fits.massFunction(mass, redshift, mdef="fof", model=model, q_out="dndlnM") \
+        * np.log(10)  # dn/dlog10 M in (h/Mpc)^3
+    fig = _figure(figsize=(6.4, 4.4))
+    ax = fig.subplots()
+    shown = measured["count"].values > 0
+    ax.errorbar(mass[shown], measured.dn_dlog10m.values[shown],
+                yerr=measured.error.values[shown], fmt="o", ms=4,
+                label=f"FoF b = {halos.attrs.get('linking_length_spacings', 0.2):g}, "
+                      f"{halos.sizes['halo']} halos")
+    ax.loglog(mass, fit, "--", label=f"{model} (colossus)")
+    ax.set_xlabel("M (M☉/h)")
+    ax.set_ylabel("dn / dlog₁₀M ((h/Mpc)³)")
+    ax.set_title(f"z = {redshift:.3g}, box {volume ** (1 / 3):g} Mpc/h")
+    ax.legend(fontsize="small")
+    ax.grid(True, which="both", alpha=0.3)
+    return fig
+
+
 def animate(trajectory: xr.Dataset, path: str | os.PathLike, *, plane: str = "xy",
             view: tuple[float, float] | None = None, style: str = "points", fps: int = 10,
             max_frames: int = 200, max_bodies: int = 20_000, overwrite: bool = False) -> Path:
@@ -312,7 +385,7 @@ def animate(trajectory: xr.Dataset, path: str | os.PathLike, *, plane: str = "xy
     return path
 
 
-KINDS = ("positions", "density", "conservation", "lagrangian", "animation")
+KINDS = ("positions", "density", "conservation", "lagrangian", "animation", "power")
 
 
 def save_figures(trajectory: xr.Dataset, directory: str | os.PathLike,
@@ -329,6 +402,8 @@ def save_figures(trajectory: xr.Dataset, directory: str | os.PathLike,
     unknown = sorted(set(kinds) - set(KINDS))
     if unknown:
         raise ValueError(f"plot kinds must be among {list(KINDS)}, got {unknown}")
+    if "power" in kinds and "cosmology" not in trajectory.attrs:
+        raise ValueError("plot kind 'power' is for cosmological runs (cosmology=...)")
     _plane(plane)
     _snapshot_indices(trajectory, snapshots)
     directory = Path(directory)
@@ -346,6 +421,8 @@ def save_figures(trajectory: xr.Dataset, directory: str | os.PathLike,
             fig = surface_density(trajectory, snapshots, plane=plane, view=view)
         elif kind == "conservation":
             fig = conservation(trajectory)
+        elif kind == "power":
+            fig = power_spectra(trajectory, snapshots)
         else:
             fig = lagrangian_radii(trajectory)
         fig.savefig(target, dpi=120)

@@ -40,6 +40,7 @@ MODULES = {
     "nbody_dask.cosmology": None,
     "nbody_dask.lpt": None,
     "nbody_dask.power": None,
+    "nbody_dask.halos": None,
     "nbody_dask.kernels.cuda": None,
 }
 

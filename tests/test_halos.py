@@ -107,3 +107,45 @@ def test_a_box_without_halos_gives_an_empty_catalogue():
     assert halos.sizes["halo"] == 0
     with pytest.raises(ValueError, match="no halos"):
         mass_function(halos)
+
+
+@pytest.fixture(scope="module")
+def cosmological_run(tmp_path_factory):
+    store = tmp_path_factory.mktemp("halos") / "box.zarr"
+    ics = nb.cosmological_ics(16, 32.0, z_start=30, seed=5)
+    nb.simulate(ics, steps=12, softening=0.06, snapshot_every=6, store=store, progress=False,
+                dtype="float32")
+    return store
+
+
+def test_cli_halos_writes_a_catalogue_and_a_mass_function_plot(cosmological_run, tmp_path):
+    from click.testing import CliRunner
+
+    from nbody_dask.cli import main
+
+    table, figure = tmp_path / "halos.csv", tmp_path / "hmf.png"
+    result = CliRunner().invoke(main, ["halos", str(cosmological_run), "--min-members", "8",
+                                       "--out", str(table), "--plot", str(figure)])
+    assert result.exit_code == 0, result.output
+    found = nb.friends_of_friends(nb.open_trajectory(cosmological_run).isel(time=-1),
+                                  min_members=8)
+    assert found.sizes["halo"] >= 3
+    assert result.output.startswith(f"{found.sizes['halo']} halos of >= 8 bodies at z = 0")
+    assert "Msun/h" in result.output and figure.stat().st_size > 0
+    import pandas as pd
+
+    saved = pd.read_csv(table)
+    np.testing.assert_array_equal(saved["members"].values, found.members.values)
+    bad = CliRunner().invoke(main, ["halos", str(cosmological_run), "--out", "x.txt"])
+    assert bad.exit_code == 1 and "must end in .nc or .csv" in bad.output
+
+
+def test_power_spectrum_plot_has_a_measured_and_a_linear_line_a_snapshot(cosmological_run):
+    from nbody_dask import plot
+
+    traj = nb.open_trajectory(cosmological_run)
+    fig = plot.power_spectra(traj)
+    lines = fig.axes[0].get_lines()
+    assert len(lines) == 2 * traj.sizes["time"] + 1  # measured, linear; the shot noise
+    with pytest.raises(ValueError, match="cosmological runs"):
+        plot.power_spectra(traj.assign_attrs(cosmology=None).drop_attrs())
