@@ -12,8 +12,23 @@ start time. A file that says its units (a ``Units`` group, as SWIFT writes it, o
 ``Parameters``: ``UnitLength_in_cm``, ``UnitMass_in_g``, ``UnitVelocity_in_cm_per_s``) is
 converted to nbody_dask's code units (G = 1) with those as the physical scale (astropy
 needed), so a run can take ``dt`` in Myr; a file without them is taken as stored, in the
-file's code units. Cosmological snapshots (comoving coordinates, velocities scaled by
-sqrt(a)) are not converted. :func:`write_gadget` writes a body set as collisionless particles
+file's code units.
+
+A cosmological file (GADGET's header with ``Omega0``, ``HubbleParam``, ``BoxSize`` and
+``Time`` = a, as N-GenIC, MUSIC, monofonIC and GADGET write them; or SWIFT's ``Cosmology``
+group) is read in the code units of a cosmological box (:mod:`nbody_dask.cosmology`:
+comoving Mpc/h, peculiar velocities in 100 km/s), with its cosmology (flat unless
+``OmegaLambda`` says otherwise, without radiation, as GADGET integrates), box and scale
+factor, so that ``simulate`` runs it comoving. GADGET's conventions are undone: lengths and
+masses per h, velocities ``v / sqrt(a)`` (SWIFT's are peculiar, its units without h).
+Without unit attributes, GADGET's defaults are taken (1e10 M_sun/h, km/s) with lengths in
+kpc/h or Mpc/h, whichever makes the mean density ``Omega0`` times the critical one (else a
+clear error). :func:`write_gadget` writes a cosmological body set the GADGET way (Mpc/h,
+1e10 M_sun/h, ``v / sqrt(a)`` in km/s, GADGET-4's ``a_scaling``/``h_scaling`` and
+``Parameters``), which pynbody reads in physical units and SWIFT reads with its
+``cleanup_h_factors`` and ``cleanup_velocity_factors``.
+
+:func:`write_gadget` writes a body set as collisionless particles
 of type 1 (``PartType1``), with explicit ``Masses`` and a zero mass table, which every reader
 of the layout accepts; a body set in physical units gets the unit attributes in both layouts,
 with zero ``a_scaling`` and ``h_scaling`` on its datasets (not comoving, no h), so that
@@ -32,6 +47,7 @@ import xarray as xr
 
 from ._validate import check_new_file
 from .bodies import as_bodies, make_bodies
+from .cosmology import as_cosmology, to_json, unit_system
 from .units import declares_units
 
 __all__ = ["read_gadget", "write_gadget", "SUFFIXES"]
@@ -107,11 +123,16 @@ def read_gadget(path: str | os.PathLike, *, types: tuple[int, ...] | None = None
                              f"{list(types) if types is not None else 'any'}")
         blocks = [_read_type(f, path, k, int(counts[k]), table[k]) for k in wanted]
         f_units = _unit_attrs(f)
+        cosmological = _cosmological_header(f, header)
     position, velocity, mass, ids = (np.concatenate(parts) for parts in zip(*blocks,
                                                                             strict=True))
     if ids.dtype.kind == "u" and (ids.size == 0 or ids.max() < 2**63):
         ids = ids.astype(np.int64)  # signed labels, as everywhere else in nbody_dask
     time = float(np.atleast_1d(header.get("Time", 0.0))[0])
+    if cosmological is not None:
+        ds = _comoving_bodies(path, cosmological, position, velocity, mass, ids, f_units)
+        ds.attrs["gadget_types"] = [int(k) for k in wanted]
+        return ds
     units = _read_units(f_units)
     if units is None:
         ds = make_bodies(position, velocity, mass, body=ids)
@@ -205,6 +226,93 @@ def _read_type(f, path: Path, k: int, count: int, table_mass: float):
     return arrays["Coordinates"], arrays["Velocities"], mass, arrays["ParticleIDs"]
 
 
+#: One Mpc and GADGET's cosmological mass unit (1e10 M_sun) in cgs, and 100 km/s.
+_MPC_CM = 3.085677581491367e24
+_GADGET_MASS_G = 1.98841e43
+_CODE_SPEED_CM_S = 1e7
+
+
+def _cosmological_header(f, header: dict) -> dict | None:
+    """The cosmology of a cosmological snapshot or IC file (None for others): SWIFT's
+    ``Cosmology`` group (peculiar velocities, units without h) or GADGET's header
+    (``Omega0``, ``OmegaLambda``, ``HubbleParam``, ``BoxSize``, ``Time`` = a; velocities
+    ``v / sqrt(a)``, lengths and masses per h)."""
+    def first(attrs: dict, *names: str) -> float | None:
+        for name in names:
+            if name in attrs:
+                return float(np.atleast_1d(attrs[name])[0])
+        return None
+
+    box = first(header, "BoxSize")
+    if "Cosmology" in f:
+        c = dict(f["Cosmology"].attrs)
+        if not first(c, "Cosmological run") and "Cosmological run" in c:
+            return None
+        h = first(c, "h")
+        a = first(c, "Scale-factor")
+        if h is None or a is None or box is None:
+            return None
+        params = {"H0": 100 * h, "Om0": first(c, "Omega_m", "Omega_cdm"),
+                  "Ode0": first(c, "Omega_lambda"), "Ob0": first(c, "Omega_b")}
+        return {"params": params, "a": a, "box": box, "swift": True}
+    parameters = dict(f["Parameters"].attrs) if "Parameters" in f else {}
+    if "ComovingIntegrationOn" in parameters and not first(parameters,
+                                                            "ComovingIntegrationOn"):
+        return None
+    omega, h, a = first(header, "Omega0"), first(header, "HubbleParam"), first(header, "Time")
+    if not (omega and h and a and box) or omega <= 0 or box <= 0 or not 0 < a <= 1:
+        return None
+    params = {"H0": 100 * h, "Om0": omega, "Ode0": first(header, "OmegaLambda") or 0.0,
+              "Ob0": first(header, "OmegaBaryon")}
+    return {"params": params, "a": a, "box": box, "swift": False}
+
+
+def _comoving_bodies(path: Path, found: dict, position: np.ndarray, velocity: np.ndarray,
+                     mass: np.ndarray, ids: np.ndarray, units: dict | None) -> xr.Dataset:
+    """A cosmological file's particles in the code units of a cosmological box (comoving
+    Mpc/h, peculiar 100 km/s, G = 1, time = a), with its cosmology (no radiation, as GADGET
+    integrates) and box as attributes."""
+    params = {k: v for k, v in found["params"].items() if v is not None}
+    params["Tcmb0"] = 0.0
+    if abs(params["Om0"] + params.get("Ode0", 0.0) - 1) < 1e-6:
+        params.pop("Ode0")  # flat
+    cosmology = as_cosmology(params)
+    h, a = float(cosmology.h), found["a"]
+    code_mass_msun_h = float(unit_system(cosmology).mass.to_value("Msun")) * h
+    if units is None:  # GADGET's defaults: kpc/h or Mpc/h, told apart by the mean density
+        length = _default_length(path, found, mass)
+        mass_unit, speed = _GADGET_MASS_G, 1e5
+    else:
+        length, mass_unit, speed = units["length"], units["mass"], units["velocity"]
+    per_h = 1.0 if not found["swift"] else h  # GADGET's units are per h; SWIFT's are not
+    mpc_h = length / _MPC_CM * per_h
+    msun_h = mass_unit / (_GADGET_MASS_G / 1e10) * per_h
+    peculiar = velocity if found["swift"] else velocity * np.sqrt(a)  # GADGET: v / sqrt(a)
+    box = found["box"] * mpc_h
+    ds = make_bodies(np.mod(position * mpc_h, box), peculiar * (speed / _CODE_SPEED_CM_S),
+                     mass * (msun_h / code_mass_msun_h), body=ids)
+    ds.attrs.update(box_size=box, cosmology=to_json(cosmology), redshift=1 / a - 1,
+                    units="comoving Mpc/h, peculiar velocity in 100 km/s, time 1/H0, G = 1",
+                    **unit_system(cosmology).attrs())
+    return ds.assign_coords(time=a)
+
+
+def _default_length(path: Path, found: dict, mass: np.ndarray) -> float:
+    """GADGET's length unit of a cosmological file without unit attributes (cm per h): kpc
+    or Mpc, whichever makes the particles' mean density the header's ``Omega0`` times the
+    critical density (1e10 M_sun/h units)."""
+    omega = found["params"]["Om0"]
+    for length in (_MPC_CM / 1e3, _MPC_CM):  # kpc/h, then Mpc/h
+        critical = 27.7536627 * (length / _MPC_CM) ** 3  # 1e10 M_sun/h per length^3
+        density = float(mass.sum(dtype=np.float64)) / found["box"] ** 3
+        if abs(density / (omega * critical) - 1) < 0.05:
+            return length
+    raise ValueError(f"{str(path)!r} is cosmological but has no unit attributes, and its "
+                     f"mean density fits neither kpc/h nor Mpc/h lengths with 1e10 M_sun/h "
+                     f"masses (GADGET's defaults) for Omega0 = {omega}: add a Units group "
+                     "(UnitLength_in_cm, UnitMass_in_g, UnitVelocity_in_cm_per_s)")
+
+
 def write_gadget(bodies: xr.Dataset, path: str | os.PathLike, *,
                  overwrite: bool = False) -> Path:
     """Write a body set (or one snapshot of a trajectory) as a GADGET-layout HDF5 snapshot.
@@ -232,24 +340,49 @@ def write_gadget(bodies: xr.Dataset, path: str | os.PathLike, *,
     ids = labels.astype(np.uint64) if integer else np.arange(n, dtype=np.uint64)
     counts = np.zeros(_TYPES, dtype=np.uint32)
     counts[1] = n
+    position, velocity, mass = ds.position.values, ds.velocity.values, ds.mass.values
+    header_extra = {"BoxSize": 0.0, "Omega0": 0.0, "OmegaLambda": 0.0, "HubbleParam": 1.0,
+                    "Redshift": 0.0}
+    cosmology = None
+    if "cosmology" in ds.attrs and "box_size" in ds.attrs:  # a comoving run's bodies
+        cosmology = as_cosmology(ds.attrs["cosmology"])
+        if not 0 < time <= 1:
+            raise ValueError(f"a cosmological body set's time is its scale factor, in (0, 1]; "
+                             f"got {time!r}")
+        code_mass_msun_h = float(unit_system(cosmology).mass.to_value("Msun")) * cosmology.h
+        # GADGET's conventions: Mpc/h, 1e10 M_sun/h, km/s with velocities v / sqrt(a)
+        velocity = velocity * (_CODE_SPEED_CM_S / 1e5) / np.sqrt(time)
+        mass = mass * (code_mass_msun_h / 1e10)
+        header_extra = {"BoxSize": float(ds.attrs["box_size"]),
+                        "Omega0": float(cosmology.Om0),
+                        "OmegaLambda": float(cosmology.Ode0),
+                        "HubbleParam": float(cosmology.h), "Redshift": 1 / time - 1}
+        if cosmology.Ob0 is not None:
+            header_extra["OmegaBaryon"] = float(cosmology.Ob0)
     with h5py.File(path, "w") as f:
         header = f.create_group("Header")
         header.attrs.update({
             "NumPart_ThisFile": counts, "NumPart_Total": counts,
             "NumPart_Total_HighWord": np.zeros(_TYPES, dtype=np.uint32),
-            "MassTable": np.zeros(_TYPES), "Time": time, "Redshift": 0.0, "BoxSize": 0.0,
-            "NumFilesPerSnapshot": 1, "Omega0": 0.0, "OmegaLambda": 0.0, "HubbleParam": 1.0,
+            "MassTable": np.zeros(_TYPES), "Time": time,
+            "NumFilesPerSnapshot": 1, **header_extra,
             "Flag_Sfr": 0, "Flag_Cooling": 0, "Flag_StellarAge": 0, "Flag_Metals": 0,
             "Flag_Feedback": 0, "Flag_DoublePrecision": 1,
         })
         group = f.create_group("PartType1")
-        group.create_dataset("Coordinates", data=ds.position.values)
-        group.create_dataset("Velocities", data=ds.velocity.values)
-        group.create_dataset("Masses", data=ds.mass.values)
+        group.create_dataset("Coordinates", data=position)
+        group.create_dataset("Velocities", data=velocity)
+        group.create_dataset("Masses", data=mass)
         group.create_dataset("ParticleIDs", data=ids)
-        units = _code_units_cgs(ds.attrs)
-        if units is not None:
-            _write_units(f, group, units)
+        if cosmology is not None:
+            _write_units(f, group, {"length": _MPC_CM, "mass": _GADGET_MASS_G,
+                                    "velocity": 1e5, "time": _MPC_CM / 1e5}, comoving=True)
+            f["Parameters"].attrs.update({k: v for k, v in header_extra.items()
+                                          if k != "Redshift"})
+        else:
+            units = _code_units_cgs(ds.attrs)
+            if units is not None:
+                _write_units(f, group, units)
     return path
 
 
@@ -270,9 +403,10 @@ def _code_units_cgs(attrs: dict) -> dict[str, float] | None:
             "time": float(system.time.to_value(u.s))}
 
 
-def _write_units(f, group, units: dict[str, float]) -> None:
+def _write_units(f, group, units: dict[str, float], comoving: bool = False) -> None:
     """The unit attributes in a ``Units`` group (GADGET's and SWIFT's names) and in
-    GADGET-4's ``Parameters`` (not comoving); zero a- and h-scaling on the datasets."""
+    GADGET-4's ``Parameters``; the datasets' a- and h-scaling: zero, or ``comoving``
+    GADGET's (positions ``a / h``, velocities ``sqrt(a)``, masses ``1 / h``)."""
     named = f.create_group("Units")
     parameters = f.create_group("Parameters")
     for kind, (gadget, swift) in _UNIT_KEYS.items():
@@ -280,6 +414,8 @@ def _write_units(f, group, units: dict[str, float]) -> None:
         if swift is not None:
             named.attrs[swift] = units[kind]
     named.attrs["Unit current in cgs (U_I)"] = named.attrs["Unit temperature in cgs (U_T)"] = 1.0
-    parameters.attrs["ComovingIntegrationOn"] = 0
+    parameters.attrs["ComovingIntegrationOn"] = int(comoving)
+    scaling = {"Coordinates": (1.0, -1.0), "Velocities": (0.5, 0.0), "Masses": (0.0, -1.0)}
     for name in ("Coordinates", "Velocities", "Masses"):
-        group[name].attrs["a_scaling"] = group[name].attrs["h_scaling"] = 0.0
+        a_scaling, h_scaling = scaling[name] if comoving else (0.0, 0.0)
+        group[name].attrs["a_scaling"], group[name].attrs["h_scaling"] = a_scaling, h_scaling

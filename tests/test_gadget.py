@@ -188,3 +188,105 @@ def test_physical_units_survive_export_for_pynbody_and_for_us(tmp_path, client):
     assert u.Quantity(back.attrs["length_unit"]).to_value(u.kpc) == pytest.approx(1.0)
     traj = nbody_dask.simulate(back, steps=2, dt=0.1 * u.Myr, client=client, progress=False)
     assert traj.sizes["time"] == 2
+
+
+# -- cosmological files -----------------------------------------------------------------------
+
+def _gadget_ic_file(path, *, length_cm=None, kpc=True, box_mpc_h=50.0, a=0.02, n=8):
+    """A cosmological IC file as N-GenIC, MUSIC or monofonIC write it: GADGET's header,
+    lengths per h (kpc/h or Mpc/h), 1e10 M_sun/h masses, velocities v_pec / sqrt(a) in km/s;
+    returns the code-unit positions (Mpc/h), peculiar velocities (100 km/s), masses."""
+    import h5py
+
+    from nbody_dask.cosmology import as_cosmology, mean_density
+
+    rng = np.random.default_rng(4)
+    box_code = box_mpc_h
+    position = rng.uniform(0, box_code, (n**3, 3))
+    velocity = rng.normal(0, 1.0, (n**3, 3))  # 100 km/s
+    cosmology = as_cosmology({"H0": 70.0, "Om0": 0.3, "Tcmb0": 0.0})
+    mass = np.full(n**3, mean_density(cosmology) * box_code**3 / n**3)  # code units
+    scale = 1e3 if kpc else 1.0
+    code_mass_1e10 = 232.50  # a code unit of mass in 1e10 M_sun/h (to 1e-4)
+    with h5py.File(path, "w") as f:
+        header = f.create_group("Header")
+        header.attrs.update({
+            "NumPart_ThisFile": np.array([0, n**3, 0, 0, 0, 0], dtype=np.uint32),
+            "NumPart_Total": np.array([0, n**3, 0, 0, 0, 0], dtype=np.uint32),
+            "MassTable": np.zeros(6), "Time": a, "Redshift": 1 / a - 1,
+            "BoxSize": box_code * scale, "Omega0": 0.3, "OmegaLambda": 0.7, "HubbleParam": 0.7,
+            "NumFilesPerSnapshot": 1})
+        group = f.create_group("PartType1")
+        group["Coordinates"] = position * scale
+        group["Velocities"] = velocity * 100 / np.sqrt(a)
+        group["Masses"] = mass * code_mass_1e10
+        group["ParticleIDs"] = np.arange(1, n**3 + 1, dtype=np.uint64)
+        if length_cm is not None:
+            units = f.create_group("Units")
+            units.attrs.update({"UnitLength_in_cm": length_cm, "UnitMass_in_g": 1.98841e43,
+                                "UnitVelocity_in_cm_per_s": 1e5})
+    return position, velocity, mass
+
+
+@pytest.mark.parametrize("kpc, length_cm", [(True, None), (False, None),
+                                            (True, 3.085677581491367e21)])
+def test_a_cosmological_gadget_ic_file_is_read_in_comoving_code_units(tmp_path, kpc,
+                                                                       length_cm):
+    """Lengths per h in kpc or Mpc (told apart by the mean density when the file has no
+    units), velocities v / sqrt(a), 1e10 M_sun/h masses: comoving Mpc/h, peculiar 100 km/s."""
+    from nbody_dask.cosmology import as_cosmology
+
+    path = tmp_path / "ics.hdf5"
+    position, velocity, mass = _gadget_ic_file(path, kpc=kpc, length_cm=length_cm)
+    ds = read_gadget(path)
+    np.testing.assert_allclose(ds.position.values, position, rtol=1e-12)
+    np.testing.assert_allclose(ds.velocity.values, velocity, rtol=1e-12)
+    np.testing.assert_allclose(ds.mass.values, mass, rtol=2e-4)  # the 1e10 M_sun/h constant
+    assert float(ds.time) == 0.02 and ds.attrs["box_size"] == pytest.approx(50.0)
+    cosmology = as_cosmology(ds.attrs["cosmology"])
+    assert cosmology.H0.value == 70.0 and cosmology.Om0 == 0.3 and cosmology.Tcmb0.value == 0
+
+
+def test_a_cosmological_file_of_unknown_units_is_refused_clearly(tmp_path):
+    import h5py
+
+    path = tmp_path / "odd.hdf5"
+    _gadget_ic_file(path)
+    with h5py.File(path, "r+") as f:
+        f["PartType1/Masses"][...] *= 7  # fits neither kpc/h nor Mpc/h
+    with pytest.raises(ValueError, match="fits neither kpc/h nor Mpc/h"):
+        read_gadget(path)
+
+
+def test_cosmological_export_reads_back_and_in_pynbody_with_its_units(tmp_path):
+    import warnings
+
+    import pynbody
+
+    ics = nbody_dask.cosmological_ics(8, 100.0, z_start=20, seed=1).compute()
+    path = tmp_path / "box.hdf5"
+    nbody_dask.gadget.write_gadget(ics, path)
+    back = read_gadget(path)
+    for name in ("position", "velocity", "mass"):
+        np.testing.assert_allclose(back[name].values, ics[name].values, rtol=1e-12)
+    assert float(back.time) == pytest.approx(float(ics.time), rel=1e-15)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        f = pynbody.load(str(path))
+        assert f.properties["a"] == pytest.approx(1 / 21) and f.properties["h"] == 0.6766
+        np.testing.assert_allclose(f["pos"].in_units("Mpc a h^-1"), ics.position.values,
+                                   rtol=1e-12)
+        np.testing.assert_allclose(f["vel"].in_units("km s^-1"), ics.velocity.values * 100,
+                                   rtol=1e-9)
+
+
+def test_a_cosmological_ic_file_runs_comoving_from_the_cli(tmp_path):
+    path = tmp_path / "ics.hdf5"
+    _gadget_ic_file(path, n=6)
+    result = CliRunner().invoke(main, ["run", "--ic", str(path), "--steps", "3",
+                                       "--softening", "0.3", "--no-progress", "--store",
+                                       str(tmp_path / "run.zarr")])
+    assert result.exit_code == 0, result.output
+    traj = nbody_dask.open_trajectory(tmp_path / "run.zarr")
+    assert traj.attrs["method"] == "direct"  # 216 bodies: the Ewald sum
+    assert float(traj.time[0]) == 0.02 and float(traj.redshift[-1]) == pytest.approx(0)
