@@ -23,7 +23,7 @@ from .bodies import as_bodies, check_fits_dtype, resolve_dtype, wrap_positions
 from .cosmology import as_cosmology, to_json
 from .lease import refuse_if_in_use
 from .location import StoreLocation, store_location
-from .plan import Plan, check_backend, check_method, resolve_method
+from .plan import Plan, check_backend, check_method, comoving_steps, resolve_method
 from .schema import stored_plan
 from .storage import check_store_path, open_trajectory
 from .units import code_value, declares_units
@@ -57,6 +57,7 @@ class RunArguments:
     cosmology: Any = None
     a_end: float | None = None
     z_end: float | None = None
+    snapshot_redshifts: Any = None
 
     def plan(self, n: int, a_start: float | None = None) -> Plan:
         """The plan of a run of ``n`` bodies: defaults from the configuration, ``"auto"``
@@ -68,7 +69,7 @@ class RunArguments:
         method = resolve_method(asked, n, box_size is not None)
         steps, dt, comoving = self.steps, self.dt, self.comoving_fields(a_start)
         if comoving:
-            steps, dt = self._comoving_steps(comoving["a_start"], comoving["a_end"])
+            steps, dt, comoving["output_steps"] = self._comoving_steps(comoving["a_outputs"])
         for name, value in (("steps", steps), ("dt", dt)):
             if value is None:
                 raise TypeError(f"{name} is required")
@@ -96,9 +97,10 @@ class RunArguments:
 
     def comoving_fields(self, a_start: float | None) -> dict[str, Any]:
         """A cosmological run's plan fields (``cosmology`` as JSON, ``a_start``, ``a_end``
-        from ``a_end`` or ``z_end``, default 1); empty without a cosmology."""
+        from ``a_end`` or ``z_end``, default 1, and ``a_outputs``: with the scale factors of
+        ``snapshot_redshifts`` between them); empty without a cosmology."""
         if self.cosmology is None:
-            for name in ("a_end", "z_end"):
+            for name in ("a_end", "z_end", "snapshot_redshifts"):
                 if getattr(self, name) is not None:
                     raise ValueError(f"{name} is for cosmological runs: give cosmology=")
             return {}
@@ -121,28 +123,45 @@ class RunArguments:
         if a_end <= a_start:
             raise ValueError(f"the run must end after it starts: a_end={a_end!r} <= the "
                              f"bodies' scale factor {a_start!r}")
+        outputs = [a_start, a_end]
+        if self.snapshot_redshifts is not None:
+            try:
+                redshifts = [float(z) for z in np.atleast_1d(self.snapshot_redshifts)]
+            except (TypeError, ValueError):
+                raise TypeError(f"snapshot_redshifts must be numbers, got "
+                                f"{self.snapshot_redshifts!r}") from None
+            inside = sorted({1 / (1 + z) for z in redshifts if z > -1})
+            if len(inside) != len(set(redshifts)) or not all(
+                    a_start < a <= a_end for a in inside):
+                raise ValueError(f"snapshot_redshifts must lie after the start (z = "
+                                 f"{1 / a_start - 1:.6g}) and not after the end (z = "
+                                 f"{1 / a_end - 1:.6g}), got {self.snapshot_redshifts!r}")
+            outputs = [a_start, *[a for a in inside if a < a_end], a_end]
         return {"cosmology": to_json(as_cosmology(self.cosmology)), "a_start": a_start,
-                "a_end": a_end}
+                "a_end": a_end, "a_outputs": tuple(outputs)}
 
-    def _comoving_steps(self, a_start: float, a_end: float) -> tuple[int, float]:
-        """A cosmological run's steps (given, or from ``dt``, the largest step in ``ln a``)
-        and its step in ``ln a``."""
-        span = math.log(a_end / a_start)
+    def _comoving_steps(self, outputs: tuple[float, ...]) -> tuple[int, float, tuple]:
+        """A cosmological run's steps (given, or from ``dt``, the largest step in ``ln a``),
+        its largest step in ``ln a`` and the steps its ``outputs`` fall on."""
         if self.steps is not None and self.dt is not None:
             raise ValueError(f"a cosmological run takes steps or dt (its step in ln a), not "
                              f"both (got steps={self.steps!r}, dt={self.dt!r})")
         if self.steps is None:
             if self.dt is None:
                 raise TypeError("a cosmological run needs steps= or dt= (the step in ln a)")
-            dt = check_real("dt", self.dt, positive=True)
-            steps = max(1, math.ceil(span / dt - 1e-9))
+            counts = comoving_steps(list(outputs), dt=check_real("dt", self.dt,
+                                                                 positive=True))
         else:
             steps = self.steps
-            if isinstance(steps, int) and not isinstance(steps, bool) and steps < 1:
+            if not isinstance(steps, int) or isinstance(steps, bool):
+                return steps, 1.0, (0, 1)  # Plan names the bad value
+            if steps < 1:
                 raise ValueError(f"steps must be >= 1 in a cosmological run, got {steps!r}")
-        if not isinstance(steps, int) or isinstance(steps, bool):
-            return steps, span  # Plan names the bad value
-        return steps, span / steps
+            counts = comoving_steps(list(outputs), steps=steps)
+        at = tuple(int(k) for k in np.cumsum([0, *counts]))
+        dt = max(math.log(b / a) / n for a, b, n in zip(outputs[:-1], outputs[1:], counts,
+                                                         strict=True))
+        return at[-1], dt, at
 
     def in_code_units(self, attrs: dict[str, Any]) -> RunArguments:
         """These arguments with the quantities among ``dt``, ``softening`` and
@@ -159,6 +178,11 @@ class RunArguments:
             value = getattr(self, field.name)
             if value is None or field.name == "backend" or (field.name == "method"
                                                               and value == "auto"):
+                continue
+            if plan.comoving and field.name == "snapshot_redshifts":
+                given = sorted(1 / (1 + float(z)) for z in np.atleast_1d(value))
+                if not set(given) <= set(plan.a_outputs):
+                    raise ValueError("resume: snapshot_redshifts differ from the store's")
                 continue
             if plan.comoving and field.name in ("cosmology", "z_end", "dt"):
                 if field.name == "cosmology" and to_json(as_cosmology(value)) \

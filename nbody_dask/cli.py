@@ -96,6 +96,9 @@ def main() -> None:
               help="Redshift a cosmological run ends at [default: 0].")
 @click.option("--a-end", type=float, default=None,
               help="Scale factor a cosmological run ends at (instead of --z-end).")
+@click.option("--snapshot-redshifts", default=None, metavar="Z,Z,...",
+              help="A cosmological run's snapshots at these redshifts too, exactly "
+                   "(e.g. 3,1,0.5).")
 @click.option("-G", "--G", "G", type=float, default=None,
               help="Gravitational constant [default: 1, Hénon units].")
 @click.option("--store", default="run.zarr", show_default=True, metavar="PATH|URL",
@@ -108,8 +111,8 @@ def main() -> None:
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, tile_size,
         split_every, backend, layout, method, theta, leaf_size, force_error_sample, box_size,
-        mesh_size, mesh_slabs, split, cutoff, cosmology, z_end, a_end, G, store,
-        storage_options,
+        mesh_size, mesh_slabs, split, cutoff, cosmology, z_end, a_end, snapshot_redshifts, G,
+        store, storage_options,
         overwrite, max_energy_error, cluster_kind, scheduler, scheduler_file, progress) -> None:
     """Run a simulation and write its trajectory to a Zarr store."""
     from .location import store_location
@@ -134,6 +137,8 @@ def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, 
                              box_size=box_size, mesh_size=mesh_size,
                              mesh_slabs=mesh_slabs, split=split, cutoff=cutoff,
                              cosmology=cosmology, z_end=z_end, a_end=a_end,
+                             snapshot_redshifts=_numbers("--snapshot-redshifts",
+                                                         snapshot_redshifts),
                              overwrite=overwrite,
                              progress=progress,
                              max_energy_error=max_energy_error,
@@ -516,6 +521,17 @@ def halos(store, storage_options, snapshot, linking_length, min_members, output,
             halo_mass_function(found, traj.attrs["cosmology"], float(snap.redshift)).savefig(
                 figure, dpi=120)
             click.echo(f"wrote {figure}")
+
+
+def _numbers(option: str, text: str | None) -> list[float] | None:
+    """A comma-separated list of numbers (None: not given)."""
+    if text is None:
+        return None
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected numbers separated by commas, got {text!r}",
+                                 param_hint=option) from None
 
 
 def _solar_masses(attrs: dict) -> str:

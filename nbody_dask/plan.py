@@ -24,6 +24,7 @@ Two layouts share the arithmetic:
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from collections.abc import Iterator
@@ -40,9 +41,8 @@ if TYPE_CHECKING:
 __all__ = ["LAYOUTS", "BACKENDS", "DTYPES", "check_layout", "check_backend", "check_method",
            "resolve_method", "TREE_CROSSOVER", "PERIODIC_CROSSOVER", "Plan", "Part",
            "fast_mesh_size", "auto_mesh_size", "SMALLEST_AUTO_MESH", "auto_mesh_slabs",
-           "MESH_SLAB_BYTES", "tree_tile_size",
-           "TREE_ONE_TILE_MAX",
-           "tile_bounds", "auto_tile_size", "direct_tile_size", "reduction_groups",
+           "MESH_SLAB_BYTES", "tree_tile_size", "TREE_ONE_TILE_MAX", "tile_bounds",
+           "auto_tile_size", "comoving_steps", "direct_tile_size", "reduction_groups",
            "submission_ends"]
 
 LAYOUTS = ("pairs", "rows")
@@ -142,17 +142,45 @@ def fast_mesh_size(n: int) -> int:
 
 
 @functools.lru_cache(maxsize=8)
-def _comoving_factors(cosmology: str, a_start: float, a_end: float, steps: int):
+def _comoving_factors(cosmology: str, outputs: tuple[float, ...],
+                      output_steps: tuple[int, ...]):
     """The leapfrog factors of every step of a comoving run, shape (3, steps)."""
     return Background(cosmology).step_factors(
-        [_scale_factor(a_start, a_end, steps, k) for k in range(steps + 1)])
+        [_scale_factor(outputs, output_steps, k) for k in range(output_steps[-1] + 1)])
 
 
-def _scale_factor(a_start: float, a_end: float, steps: int, step: int) -> float:
-    """The scale factor after ``step`` of ``steps`` steps uniform in ``ln a``."""
-    if step == steps:
-        return a_end
-    return math.exp(math.log(a_start) + step * (math.log(a_end / a_start) / steps))
+def _scale_factor(outputs: tuple[float, ...], output_steps: tuple[int, ...], step: int
+                  ) -> float:
+    """The scale factor after ``step`` steps that are uniform in ``ln a`` between the
+    ``outputs`` (exactly those at ``output_steps``)."""
+    k = min(max(0, bisect.bisect_right(output_steps, step) - 1), len(output_steps) - 2)
+    (s0, s1), (a0, a1) = output_steps[k:k + 2], outputs[k:k + 2]
+    if step == s1:
+        return a1
+    return math.exp(math.log(a0) + (step - s0) * (math.log(a1 / a0) / (s1 - s0)))
+
+
+def comoving_steps(outputs: list[float], dt: float | None = None, steps: int | None = None
+                   ) -> list[int]:
+    """How many steps uniform in ``ln a`` each stretch between consecutive ``outputs``
+    (scale factors, increasing) takes: at most ``dt`` in ``ln a`` each, or ``steps`` in all
+    shared in proportion to the stretches' spans in ``ln a`` (at least one each, the largest
+    remainders rounded up)."""
+    spans = [math.log(b / a) for a, b in zip(outputs[:-1], outputs[1:], strict=True)]
+    if dt is not None:
+        return [max(1, math.ceil(span / dt - 1e-9)) for span in spans]
+    if steps < len(spans):
+        raise ValueError(f"steps must be >= {len(spans)}, one for each stretch between "
+                         f"snapshots, got {steps!r}")
+    share = [steps * span / sum(spans) for span in spans]
+    counts = [max(1, math.floor(x)) for x in share]
+    order = sorted(range(len(spans)), key=lambda i: (counts[i] - share[i], i))
+    for i in order[:steps - sum(counts)]:
+        counts[i] += 1
+    while sum(counts) > steps:  # only when floors of tiny stretches were raised to 1
+        i = max(range(len(spans)), key=lambda i: (counts[i] - share[i], -i))
+        counts[i] -= 1
+    return counts
 
 
 def tile_bounds(n: int, tile_size: int) -> list[tuple[int, int]]:
@@ -359,6 +387,10 @@ class Plan:
         carries canonical momenta (:mod:`nbody_dask.integrators`).
     a_start, a_end : float or None
         A comoving run's first and last scale factor.
+    a_outputs, output_steps : tuple or None
+        A comoving run's snapshot scale factors (from ``a_start`` to ``a_end``) and the steps
+        they fall on: steps are uniform in ``ln a`` between consecutive ones (by default
+        just the two ends). Snapshots are written at these steps too.
     """
 
     n: int
@@ -387,6 +419,8 @@ class Plan:
     cosmology: str | None = None
     a_start: float | None = None
     a_end: float | None = None
+    a_outputs: tuple[float, ...] | None = None
+    output_steps: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         self._check_numbers()
@@ -448,7 +482,7 @@ class Plan:
 
     def _check_comoving(self) -> None:
         if self.cosmology is None:
-            for name in ("a_start", "a_end"):
+            for name in ("a_start", "a_end", "a_outputs", "output_steps"):
                 if getattr(self, name) is not None:
                     raise ValueError(f"{name} is for cosmological runs (cosmology=...)")
             return
@@ -466,10 +500,23 @@ class Plan:
                              f"{self.a_end!r}")
         if self.steps == 0:
             raise ValueError("a cosmological run needs steps >= 1")
-        expected = math.log(self.a_end / self.a_start) / self.steps
+        outputs = (self.a_start, self.a_end) if self.a_outputs is None else tuple(
+            check_real("a_outputs", a, positive=True) for a in self.a_outputs)
+        at = (0, self.steps) if self.output_steps is None else tuple(
+            check_int("output_steps", k, 0) for k in self.output_steps)
+        if len(outputs) != len(at) or outputs[0] != self.a_start \
+                or outputs[-1] != self.a_end or at[0] != 0 or at[-1] != self.steps \
+                or any(b <= a for a, b in zip(outputs[:-1], outputs[1:], strict=True)) \
+                or any(j <= i for i, j in zip(at[:-1], at[1:], strict=True)):
+            raise ValueError(f"a_outputs {outputs!r} must rise from a_start to a_end, at "
+                             f"output_steps {at!r} rising from 0 to steps ({self.steps})")
+        object.__setattr__(self, "a_outputs", outputs)
+        object.__setattr__(self, "output_steps", at)
+        expected = max(math.log(b / a) / (j - i) for a, b, i, j in zip(
+            outputs[:-1], outputs[1:], at[:-1], at[1:], strict=True))
         if not math.isclose(self.dt, expected, rel_tol=1e-12):
-            raise ValueError(f"dt must be the step in ln a, ln(a_end / a_start) / steps = "
-                             f"{expected!r}, got {self.dt!r}")
+            raise ValueError(f"dt must be the largest step in ln a, {expected!r}, got "
+                             f"{self.dt!r}")
 
     @property
     def comoving(self) -> bool:
@@ -477,10 +524,11 @@ class Plan:
         return self.cosmology is not None
 
     def scale_factor(self, step: int) -> float:
-        """A comoving run's scale factor after ``step`` steps (uniform in ``ln a``)."""
+        """A comoving run's scale factor after ``step`` steps (uniform in ``ln a`` between
+        its :attr:`a_outputs`)."""
         if self.cosmology is None:
             raise ValueError("the plan has no cosmology")
-        return _scale_factor(self.a_start, self.a_end, self.steps, step)
+        return _scale_factor(self.a_outputs, self.output_steps, step)
 
     def step_factors(self, step: int) -> tuple[float, float, float]:
         """The leapfrog's factors of step ``step`` (from ``step - 1``): the opening kick, the
@@ -489,7 +537,7 @@ class Plan:
         (:meth:`nbody_dask.cosmology.Background.step_factors`)."""
         if self.cosmology is None:
             return 0.5 * self.dt, self.dt, 0.5 * self.dt
-        table = _comoving_factors(self.cosmology, self.a_start, self.a_end, self.steps)
+        table = _comoving_factors(self.cosmology, self.a_outputs, self.output_steps)
         return tuple(float(table[row, step - 1]) for row in range(3))
 
     def snapshot_times(self, t0: float) -> list[float]:
@@ -600,9 +648,11 @@ class Plan:
         return self.n_tiles == 1
 
     def snapshot_steps(self) -> list[int]:
-        """Steps at which a snapshot is written: 0, every ``snapshot_every``, and the last."""
+        """Steps at which a snapshot is written: 0, every ``snapshot_every``, the last, and a
+        comoving run's :attr:`output_steps`."""
         every = self.snapshot_every or max(self.steps, 1)
-        return sorted(set(range(0, self.steps + 1, every)) | {self.steps})
+        outputs = set(self.output_steps or ())
+        return sorted(set(range(0, self.steps + 1, every)) | {self.steps} | outputs)
 
     def pair_tasks(self) -> list[tuple[int, int]]:
         """The tile-pair tasks of one force evaluation in the ``"pairs"`` layout.

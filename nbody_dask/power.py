@@ -89,8 +89,9 @@ def power_spectrum(bodies: xr.Dataset, mesh_size: int, *, box_size: float | None
                                   assignment=assignment, interlacing=interlacing,
                                   bin_width=bin_width) for i in range(bodies.sizes["time"])]
         out = xr.concat(spectra, dim="time")
-        return out.assign_coords({name: bodies[name] for name in bodies.coords
-                                  if bodies[name].dims == ("time",)})
+        return out.assign_coords({name: ("time", np.asarray(bodies[name].values),
+                                         bodies[name].attrs)
+                                  for name in bodies.coords if bodies[name].dims == ("time",)})
     sums = _binned_sums(bodies, mesh_size, box_size, assignment, interlacing, bin_width)
     power_sum, k_sum, modes, mass_sum, mass2_sum = dask.compute(*sums)
     return _spectrum(power_sum, k_sum, modes, mass_sum, mass2_sum, mesh_size, box_size,

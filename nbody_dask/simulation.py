@@ -60,6 +60,7 @@ def simulate(
     cosmology: Any = None,
     a_end: float | None = None,
     z_end: float | None = None,
+    snapshot_redshifts: Any = None,
     client: Client | None = None,
     overwrite: bool = False,
     resume: bool = False,
@@ -172,6 +173,10 @@ def simulate(
         periodic box (``box_size``, by default the bodies' attribute) and G = 1.
     a_end, z_end : float, optional
         Where a cosmological run ends (one of them; default a = 1).
+    snapshot_redshifts : sequence of float, optional
+        A cosmological run also writes snapshots at these redshifts, exactly: its steps are
+        uniform in ``ln a`` between them (``steps`` shared in proportion to the stretches'
+        spans in ``ln a``, or each at most ``dt``).
     client : distributed.Client, optional
         Cluster to run on. None starts a :func:`nbody_dask.clusters.local` cluster bound
         to 127.0.0.1 and closes it afterwards.
@@ -247,7 +252,7 @@ def simulate(
                         theta=theta, leaf_size=leaf_size, force_error_sample=force_error_sample,
                         box_size=box_size, mesh_size=mesh_size, mesh_slabs=mesh_slabs,
                         split=split, cutoff=cutoff, cosmology=cosmology, a_end=a_end,
-                        z_end=z_end)
+                        z_end=z_end, snapshot_redshifts=snapshot_redshifts)
     if resume:
         plan, path, done = resume_point(bodies, store, storage_options, overwrite, args)
         ds, t0 = None, 0.0

@@ -378,3 +378,33 @@ def test_cli_makes_cosmological_ics_runs_them_and_measures_their_spectrum(tmp_pa
     assert again.exit_code == 0 and int(nb.open_trajectory(tmp_path / "b.zarr").step[-1]) == 4
     bad = runner.invoke(main, ["power", str(store), "--snapshot", "7"])
     assert bad.exit_code == 1 and "--snapshot must be in [-3, 2]" in bad.output
+
+
+def test_snapshots_fall_exactly_on_the_redshifts_asked_for(client):
+    bodies = nb.cosmological_ics(8, 100.0, "Planck18", z_start=49, seed=1).compute()
+    traj = nb.simulate(bodies, steps=20, softening=0.5, snapshot_redshifts=[3, 1, 0.5],
+                       client=client, progress=False)
+    np.testing.assert_array_equal(traj.redshift.values, [49, 3, 1, 0.5, 0])
+    steps = np.diff(traj.step.values)
+    spans = np.diff(np.log(traj.time.values))
+    assert steps.sum() == 20 and (np.abs(spans / steps - spans.sum() / 20) < 0.1).all()
+    by_dt = nb.simulate(bodies, dt=0.2, softening=0.5, snapshot_redshifts=[3], z_end=1,
+                        client=client, progress=False)
+    np.testing.assert_array_equal(by_dt.redshift.values, [49, 3, 1])
+    assert (np.diff(np.log(by_dt.time.values)) / np.diff(by_dt.step.values) <= 0.2).all()
+    with pytest.raises(ValueError, match="snapshot_redshifts must lie after the start"):
+        nb.simulate(bodies, steps=4, softening=0.5, snapshot_redshifts=[60], progress=False)
+    with pytest.raises(ValueError, match="snapshot_redshifts is for cosmological runs"):
+        nb.simulate(nb.plummer(8), steps=2, dt=0.1, snapshot_redshifts=[1], progress=False)
+
+
+@pytest.mark.parametrize("steps", [3, 7, 40])
+def test_steps_are_shared_between_stretches_in_proportion_to_ln_a(steps):
+    from nbody_dask.plan import comoving_steps
+
+    outputs = [0.02, 0.25, 0.5, 1.0]
+    counts = comoving_steps(outputs, steps=steps)
+    assert sum(counts) == steps and min(counts) >= 1
+    assert comoving_steps(outputs, dt=0.1) == [26, 7, 7]
+    with pytest.raises(ValueError, match="steps must be >= 3"):
+        comoving_steps(outputs, steps=2)
