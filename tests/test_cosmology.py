@@ -299,6 +299,7 @@ def test_a_comoving_run_resumes_bit_identically(client, tmp_path):
                                atol=1e-6 * float(np.abs(bodies.velocity).max()))
 
 
+@pytest.mark.slow
 def test_one_and_two_workers_give_the_same_comoving_run():
     bodies = nb.cosmological_ics(8, 100.0, "Planck18", z_start=20, seed=2).compute()
     runs = []

@@ -476,6 +476,7 @@ def test_bad_periodic_parameters_are_refused_before_any_work(no_cluster, kw, mat
         nbody_dask.simulate(nbody_dask.plummer(64), steps=1, dt=0.01, **kw)
 
 
+@pytest.mark.slow
 def test_cli_runs_a_periodic_box(tmp_path):
     store = tmp_path / "box.zarr"
     done = subprocess.run([sys.executable, "-m", "nbody_dask.cli", "run", "--ic", "clumps",

@@ -42,6 +42,7 @@ def _run(client, store, **kw):
     return traj.isel(time=-1).load()
 
 
+@pytest.mark.slow
 def test_slurm_cluster_matches_local_cluster_bit_for_bit(tmp_path):
     from nbody_dask.clusters import slurm
 
@@ -59,6 +60,7 @@ def test_slurm_cluster_matches_local_cluster_bit_for_bit(tmp_path):
         np.testing.assert_array_equal(on_slurm[name].values, local[name].values)
 
 
+@pytest.mark.slow
 def test_hpc_layout_on_slurm_matches_local_run_bit_for_bit(tmp_path):
     """One worker job of 2 cores, one Dask thread, the parallel kernel on both cores."""
     import dask
@@ -82,6 +84,7 @@ def test_hpc_layout_on_slurm_matches_local_run_bit_for_bit(tmp_path):
         np.testing.assert_array_equal(on_slurm[name].values, local[name].values)
 
 
+@pytest.mark.slow
 def test_sbatch_script_runs_a_simulation(tmp_path):
     store = tmp_path / "sbatch.zarr"
     env = {**os.environ, "NBODY_PYTHON": sys.executable, "NBODY_INTERFACE": "lo"}
