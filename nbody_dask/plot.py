@@ -153,7 +153,8 @@ def surface_density(trajectory: xr.Dataset, snapshots: Sequence[int] | None = No
 
     The view for large N: a 2-D histogram of the bodies' masses, one panel per snapshot on a
     shared logarithmic colour scale (``inferno``, perceptually uniform, by default), centred
-    on the centre of mass, with axis labels, a scale bar and a colour bar.
+    on the centre of mass (a periodic box: the whole box, projected through), with axis
+    labels, a scale bar and a colour bar.
 
     Parameters
     ----------
@@ -182,19 +183,27 @@ def surface_density(trajectory: xr.Dataset, snapshots: Sequence[int] | None = No
     mass = trajectory["mass"].values
     frames, xlabel, ylabel = _projected(trajectory["position"].isel(time=indices).values,
                                         plane, view)
-    centres = [np.average(f, axis=0, weights=mass) for f in frames]
-    half = half_width or _extent(frames[0] - centres[0])
+    box = trajectory.attrs.get("box_size")
+    if box is not None and view is None:  # a periodic box: the whole box, in its frame
+        centres = [np.full(2, box / 2)] * len(frames)
+        half = half_width or box / 2
+    else:
+        centres = [np.average(f, axis=0, weights=mass) for f in frames]
+        half = half_width or _extent(frames[0] - centres[0])
+    origin = centres[0] if box is not None and view is None else np.zeros(2)
     maps, norm = _density_maps([f - c for f, c in zip(frames, centres, strict=True)], mass,
                                half, pixels, smoothing)
-    unit = trajectory.attrs.get("length_unit", "")
+    comoving = "cosmology" in trajectory.attrs
+    unit = "Mpc/h" if comoving else trajectory.attrs.get("length_unit", "")
     fig = _figure(figsize=(3.2 * len(indices) + 0.8, 3.4))
     axes = fig.subplots(1, len(indices), squeeze=False)[0]
     for ax, k, image in zip(axes, indices, maps, strict=True):
-        shown = ax.imshow(image, origin="lower", norm=norm,
-                          cmap=cmap, extent=(-half, half, -half, half),
-                          interpolation="nearest")
+        shown = ax.imshow(image, origin="lower", norm=norm, cmap=cmap,
+                          extent=(origin[0] - half, origin[0] + half, origin[1] - half,
+                                  origin[1] + half), interpolation="nearest")
         ax.set_facecolor("black")
-        ax.set_title(f"t = {float(trajectory.time[k]):.4g}")
+        time = float(trajectory.time[k])
+        ax.set_title(f"z = {1 / time - 1:.3g}" if comoving else f"t = {time:.4g}")
         ax.set_xlabel(xlabel)
         bar = _nice_length(2 * half)
         ax.add_artist(AnchoredSizeBar(ax.transData, bar, f"{bar:g} {unit}".strip(),
