@@ -16,7 +16,7 @@ its index alone (``numpy.random.SeedSequence([seed, plane])``), so the same seed
 same field whatever the slabs and workers; its transform by the distributed FFT
 (:mod:`nbody_dask.meshfft`); the spectrum scaled to ``sqrt(P(k))`` (with
 ``fixed_amplitude``, every mode's amplitude set to exactly that; ``paired`` flips every
-phase: the partner run of Angulo & Pontzen 2016); ten inverse transforms and one forward
+phase: the partner run of Angulo & Pontzen 2016); twelve inverse transforms and one forward
 one for the displacements and the second-order source, all chunked in slabs; bodies built
 slab by slab. No task holds more than a slab of a field. For a given number of slabs the
 result is bit-identical on any cluster; across slab counts it agrees to round-off.

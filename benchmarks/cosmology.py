@@ -1,0 +1,141 @@
+"""Cosmological boxes: 2LPT initial conditions and linear growth against theory.
+
+Sections (all by default):
+
+``ics``
+    The power spectrum of a fixed-amplitude 2LPT IC set (``--n-side`` cubed bodies in a
+    ``--box`` Mpc/h box at z = 49) against the input linear spectrum times D1^2, shell by
+    shell, measured on a mesh 4x finer than the particle grid; the time to generate it.
+``growth``
+    The same ICs run to z = 3, 1 and 0 (three runs, each continuing from the last snapshot
+    of the one before, steps of at most ``--dlna`` in ln a, TreePM at its defaults): the
+    power of the shells below ``--k-linear`` h/Mpc over their power at z = 49, against
+    ``[D(z) / D(49)]^2`` (the issue's check of the PM force's time integration); the wall
+    time of each run. The same run's ratio for every shell shows where the lattice's
+    discreteness (modes off the grid's axes feel a weaker force than a fluid's) and
+    nonlinearity take over.
+
+    python benchmarks/cosmology.py --json benchmarks/results/<name>.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import time
+
+import numpy as np
+
+import nbody_dask
+from nbody_dask.cosmology import Background, linear_power
+
+SECTIONS = ("ics", "growth")
+
+
+def _expected(n: int, box: float, mesh: int, power, growth: float) -> np.ndarray:
+    """The input spectrum averaged over each shell's modes of the particle grid (its Nyquist
+    planes excluded, as the generator leaves them), times D1^2."""
+    k1 = np.fft.fftfreq(n, box / n) * 2 * np.pi
+    kz = np.fft.rfftfreq(n, box / n) * 2 * np.pi
+    kx, ky, kz = np.meshgrid(k1, k1, kz, indexing="ij")
+    k = np.sqrt(kx**2 + ky**2 + kz**2)
+    nyquist = math.pi * n / box
+    weight = np.where(np.isclose(kz, 0) | np.isclose(kz, nyquist), 1.0, 2.0)
+    weight[np.isclose(np.abs(kx), nyquist) | np.isclose(np.abs(ky), nyquist)
+           | np.isclose(kz, nyquist)] = 0
+    edges = np.arange(0.5, mesh / 2 + 0.5 + 1e-9) * 2 * np.pi / box
+    shell = np.digitize(k, edges) - 1
+    inside = (shell >= 0) & (shell < len(edges) - 1)
+    total = np.bincount(shell[inside], weights=(weight * power(k))[inside],
+                        minlength=len(edges))
+    modes = np.bincount(shell[inside], weights=weight[inside], minlength=len(edges))
+    return total[: len(edges) - 1] / np.maximum(modes[: len(edges) - 1], 1) * growth**2
+
+
+def ics_section(args) -> dict:
+    start = time.perf_counter()
+    ics = nbody_dask.cosmological_ics(args.n_side, args.box, "Planck18", z_start=49,
+                                      seed=args.seed, fixed_amplitude=True).persist()
+    ics = ics.compute()
+    seconds = time.perf_counter() - start
+    mesh = 4 * args.n_side
+    pk = nbody_dask.power_spectrum(ics, mesh)
+    d1 = Background("Planck18").growth(float(ics.time)).d1[0]
+    expected = _expected(args.n_side, args.box, mesh, linear_power("Planck18"), d1)
+    ratio = pk.power.values / expected[: pk.sizes["k"]]
+    half = pk.k.values < 0.5 * math.pi * args.n_side / args.box
+    row = {"section": "ics", "n_side": args.n_side, "box": args.box, "mesh": mesh,
+           "seconds": seconds, "k": pk.k.values[half].tolist(),
+           "ratio": ratio[half].tolist(),
+           "worst_below_half_nyquist": float(np.abs(ratio[half] - 1).max())}
+    print(f"ICs {args.n_side}^3 in {seconds:.2f} s; P/P_lin below half the particle Nyquist "
+          f"frequency: worst {row['worst_below_half_nyquist']:.2e}")
+    return row
+
+
+def growth_section(args) -> dict:
+    ics = nbody_dask.cosmological_ics(args.n_side, args.box, "Planck18", z_start=49,
+                                      seed=args.seed, fixed_amplitude=True).compute()
+    bodies, snapshots, runs = ics, [ics], []
+    a_now = float(ics.time)
+    for z_end in (3.0, 1.0, 0.0):
+        a_end = 1 / (1 + z_end)
+        steps = math.ceil(math.log(a_end / a_now) / args.dlna)
+        start = time.perf_counter()
+        traj = nbody_dask.simulate(bodies, steps=steps, z_end=z_end,
+                                   softening=args.softening * args.box / args.n_side,
+                                   dtype="float32", progress=False, cutoff=args.cutoff,
+                                   theta=args.theta)
+        runs.append({"z_end": z_end, "steps": steps, "seconds": time.perf_counter() - start})
+        bodies = traj.isel(time=-1).load()
+        snapshots.append(bodies)
+        a_now = float(bodies.time)
+        print(f"to z = {z_end}: {steps} steps in {runs[-1]['seconds']:.1f} s")
+    mesh = 2 * args.n_side
+    spectra = [nbody_dask.power_spectrum(s[["position", "mass"]], mesh, box_size=args.box)
+               for s in snapshots]
+    a = np.array([float(s.time) for s in snapshots])
+    d1 = Background("Planck18").growth(a).d1
+    k = spectra[0].k.values
+    ratios = np.array([s.power.values / spectra[0].power.values for s in spectra[1:]])
+    ratios /= (d1[1:] / d1[0])[:, None] ** 2
+    linear = k < args.k_linear
+    for z, row in zip((3, 1, 0), ratios, strict=True):
+        print(f"z = {z}: P/P_49 / (D/D_49)^2 for k < {args.k_linear}: "
+              + " ".join(f"{r:.4f}" for r in row[linear]))
+    return {"section": "growth", "n_side": args.n_side, "box": args.box, "mesh": mesh,
+            "cutoff": args.cutoff, "theta": args.theta,
+            "dlna": args.dlna, "runs": runs, "k": k.tolist(),
+            "ratio": {str(z): row.tolist() for z, row in zip((3, 1, 0), ratios, strict=True)},
+            "k_linear": args.k_linear,
+            "worst_linear": float(np.abs(ratios[:, linear] - 1).max())}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n-side", type=int, default=64)
+    parser.add_argument("--box", type=float, default=500.0, help="Mpc/h")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--dlna", type=float, default=0.05, help="largest step in ln a")
+    parser.add_argument("--softening", type=float, default=0.05,
+                        help="in mean interparticle spacings")
+    parser.add_argument("--cutoff", type=float, default=None, help="TreePM cutoff (r_s)")
+    parser.add_argument("--theta", type=float, default=None, help="TreePM opening angle")
+    parser.add_argument("--k-linear", type=float, default=0.04, help="h/Mpc")
+    parser.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
+    parser.add_argument("--json", dest="json_path")
+    args = parser.parse_args()
+    out = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+           "date": time.strftime("%Y-%m-%d"), "results": []}
+    for section in args.sections:
+        out["results"].append({"ics": ics_section, "growth": growth_section}[section](args))
+    if args.json_path:
+        with open(args.json_path, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
