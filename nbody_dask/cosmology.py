@@ -250,7 +250,8 @@ PowerSpectrum = Callable[[np.ndarray], np.ndarray]
 def colossus_cosmology(cosmology: Any, *, sigma8: float | None = None,
                        n_s: float | None = None) -> Any:
     """The cosmology as colossus's (set as colossus's current one, which its mass functions
-    use), with ``sigma8`` and ``n_s`` (default: the cosmology's metadata)."""
+    use), with ``sigma8`` and ``n_s`` (default: the cosmology's metadata); without ``Ob0``,
+    a baryon fraction of 0.049 shapes the spectrum."""
     cosmology = as_cosmology(cosmology)
     meta = cosmology.meta or {}
     sigma8 = meta.get("sigma8") if sigma8 is None else sigma8
@@ -265,12 +266,18 @@ def colossus_cosmology(cosmology: Any, *, sigma8: float | None = None,
     except ImportError:
         raise ImportError("the linear power spectrum needs colossus: pip install "
                           "'nbody-dask[cosmology]' (or give power=callable)") from None
+    # colossus's Eisenstein & Hu transfer function needs the CMB's temperature: a cosmology
+    # without radiation (Tcmb0 = 0, as GADGET and SWIFT integrate) takes today's for it
+    # (its expansion is astropy's all the same); massive neutrinos are not in the spectrum
+    tcmb = float(cosmology.Tcmb0.value)
+    params = dict(flat=bool(cosmology.Ok0 == 0), H0=float(cosmology.H0.value),
+                  Om0=float(cosmology.Om0), Ode0=float(cosmology.Ode0),
+                  Ob0=float(cosmology.Ob0) if cosmology.Ob0 is not None else 0.049,
+                  Tcmb0=tcmb if tcmb > 0 else 2.7255, Neff=float(cosmology.Neff),
+                  relspecies=tcmb > 0, sigma8=float(sigma8), ns=float(n_s), persistence="")
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # massive neutrinos: not in colossus's spectrum
-        model = colossus.fromAstropy(cosmology, sigma8=float(sigma8), ns=float(n_s),
-                                     cosmo_name="nbody-dask", persistence="")
-    colossus.setCurrent(model)
-    return model
+        warnings.simplefilter("ignore")
+        return colossus.setCosmology("nbody-dask", params=params)
 
 
 def linear_power(cosmology: Any, power: PowerSpectrum | None = None, *,

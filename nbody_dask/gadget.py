@@ -115,8 +115,8 @@ def read_gadget(path: str | os.PathLike, *, types: tuple[int, ...] | None = None
                              f"({int(counts.sum())} of {int(total.sum())} particles); "
                              "combine the files first")
         table = np.zeros(_TYPES)
-        given = np.asarray(header.get("MassTable", table), dtype=float)
-        table[:given.size] = given
+        given = np.asarray(header.get("MassTable", table), dtype=float).ravel()[:_TYPES]
+        table[:given.size] = given  # (SWIFT's headers have a seventh type, neutrinos)
         wanted = [k for k in (types if types is not None else range(_TYPES)) if counts[k] > 0]
         if not wanted:
             raise ValueError(f"{str(path)!r} has no particles of type(s) "
@@ -367,7 +367,7 @@ def write_gadget(bodies: xr.Dataset, path: str | os.PathLike, *,
             "MassTable": np.zeros(_TYPES), "Time": time,
             "NumFilesPerSnapshot": 1, **header_extra,
             "Flag_Sfr": 0, "Flag_Cooling": 0, "Flag_StellarAge": 0, "Flag_Metals": 0,
-            "Flag_Feedback": 0, "Flag_DoublePrecision": 1,
+            "Flag_Feedback": 0, "Flag_DoublePrecision": 1, "Flag_Entropy_ICs": 0,
         })
         group = f.create_group("PartType1")
         group.create_dataset("Coordinates", data=position)

@@ -290,3 +290,43 @@ def test_a_cosmological_ic_file_runs_comoving_from_the_cli(tmp_path):
     traj = nbody_dask.open_trajectory(tmp_path / "run.zarr")
     assert traj.attrs["method"] == "direct"  # 216 bodies: the Ewald sum
     assert float(traj.time[0]) == 0.02 and float(traj.redshift[-1]) == pytest.approx(0)
+
+
+def test_a_swift_cosmological_snapshot_is_read_in_comoving_code_units(tmp_path):
+    """SWIFT's layout (attribute names as SWIFT writes them): seven particle types, the
+    header's Time the cosmic time, the scale factor and parameters in a Cosmology group,
+    lengths in Mpc and masses in 1e10 M_sun without h, peculiar velocities in km/s."""
+    from nbody_dask.cosmology import as_cosmology, unit_system
+
+    h, a, n = 0.6766, 0.5, 64
+    rng = np.random.default_rng(2)
+    position_mpc = rng.uniform(0, 94.59, (n, 3))
+    velocity_kms = rng.normal(0, 300, (n, 3))
+    mass = np.full(n, 101.6)
+    seven = np.array([0, n, 0, 0, 0, 0, 0])
+    with h5py.File(tmp_path / "snap_0001.hdf5", "w") as f:
+        f.create_group("Header").attrs.update({
+            "BoxSize": np.full(3, 94.59), "Time": np.array([0.0098]),
+            "NumPart_ThisFile": seven, "NumPart_Total": seven.astype(np.uint32),
+            "NumPart_Total_HighWord": np.zeros(7, np.uint32), "MassTable": np.zeros(7),
+            "NumFilesPerSnapshot": np.array([1]), "Code": np.bytes_(b"SWIFT"),
+            "Redshift": np.array([1 / a - 1]), "Scale-factor": np.array([a])})
+        f.create_group("Cosmology").attrs.update({
+            "Cosmological run": np.array([1]), "h": np.array([h]),
+            "Omega_m": np.array([0.30966]), "Omega_lambda": np.array([0.69034]),
+            "Omega_b": np.array([0.04897]), "Scale-factor": np.array([a])})
+        f.create_group("Units").attrs.update({
+            "Unit length in cgs (U_L)": np.array([3.08567758e24]),
+            "Unit mass in cgs (U_M)": np.array([1.98841e43]),
+            "Unit time in cgs (U_t)": np.array([3.08567758e19])})
+        group = f.create_group("PartType1")
+        group["Coordinates"], group["Velocities"] = position_mpc, velocity_kms
+        group["Masses"], group["ParticleIDs"] = mass, np.arange(n, dtype=np.uint64)
+    ds = read_gadget(tmp_path / "snap_0001.hdf5")
+    cosmology = as_cosmology(ds.attrs["cosmology"])
+    assert float(ds.time) == a and cosmology.h == h and cosmology.Ode0 == pytest.approx(0.69034)
+    np.testing.assert_allclose(ds.position.values, position_mpc * h, rtol=1e-9)
+    np.testing.assert_allclose(ds.velocity.values, velocity_kms / 100, rtol=1e-9)
+    code_mass = float(unit_system(cosmology).mass.to_value("Msun"))
+    np.testing.assert_allclose(ds.mass.values, mass * 1e10 / code_mass, rtol=1e-4)
+    assert ds.attrs["box_size"] == pytest.approx(94.59 * h)
