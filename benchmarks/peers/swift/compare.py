@@ -121,6 +121,8 @@ def main() -> None:
     parser.add_argument("--dlna", type=float, default=0.02, help="nbody_dask's step in ln a")
     parser.add_argument("--swift-dt-max", type=float, default=0.01,
                         help="SWIFT's largest step (ln a)")
+    parser.add_argument("--cutoff", type=float, default=None, help="nbody_dask's TreePM cutoff")
+    parser.add_argument("--theta", type=float, default=None, help="nbody_dask's opening angle")
     parser.add_argument("--min-members", type=int, default=100)
     parser.add_argument("--k-max", type=float, default=1.0, help="h/Mpc")
     parser.add_argument("--workdir", default="swift-compare")
@@ -152,7 +154,8 @@ def main() -> None:
         traj = nbody_dask.simulate(bodies, dt=args.dlna, snapshot_redshifts=[1.0],
                                    softening=args.softening * args.box / args.n_side,
                                    dtype="float32", store=workdir / "nbody.zarr",
-                                   overwrite=True, progress=False)
+                                   overwrite=True, progress=False, cutoff=args.cutoff,
+                                   theta=args.theta)
         ours = {"seconds": time.perf_counter() - start, "steps": int(traj.step[-1])}
         (workdir / "result-nbody.json").write_text(json.dumps(ours))
     print(f"nbody_dask: {ours['seconds']:.1f} s, {ours['steps']} steps")
