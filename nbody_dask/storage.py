@@ -256,8 +256,11 @@ def create_store(
         # the writer lease file sits beside the arrays: Zarr lists it and says it is no node
         warnings.filterwarnings("ignore", r"Object at writer\.lease", zarr.errors.ZarrUserWarning)
         # "a", not "w-": the directory already holds this run's writer lease (nothing else)
+        # every chunk written, also one equal to the fill value (a single body of id 0, a
+        # run of zero steps at time 0), which Zarr skips by default and the checks of
+        # _check_laid_out would then take for a lost chunk
         ds.to_zarr(store.zarr_store(), mode="a", compute=False, zarr_format=3,
-                   consolidated=False, encoding=encoding)
+                   consolidated=False, encoding=encoding, write_empty_chunks=True)
         root = zarr.open_group(store.zarr_store(), mode="r+", use_consolidated=False)
         root.create_group(_MARKER_GROUP, attributes={"committed": 0, "snapshots": n_snap})
         consolidate_metadata(store.zarr_store())  # no metadata changes after this

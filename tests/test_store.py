@@ -148,3 +148,25 @@ def test_without_store_returns_trajectory_in_memory(client):
                                client=client, progress=False)
     assert traj.sizes["time"] == 3
     assert not traj.position.chunks  # loaded: the temporary store is gone
+
+
+@pytest.mark.parametrize("kind", ["isolated", "box", "comoving"])
+def test_one_body_of_id_0_runs_and_reads_back(client, kind):
+    """A chunk equal to the fill value (the body id 0 of a single body) is still written, so
+    the store is not taken for damaged."""
+    if kind == "comoving":
+        bodies = nbody_dask.cosmological_ics(2, 100.0, z_start=20).compute().isel(body=[0])
+        kw = {"steps": 2, "softening": 1.0}
+    else:
+        bodies = nbody_dask.make_bodies([[0.5, 0.5, 0.5]], [[0.1, 0.0, 0.0]], [1.0])
+        kw = {"steps": 2, "dt": 0.1, **({"box_size": 1.0} if kind == "box" else {})}
+    traj = nbody_dask.simulate(bodies, client=client, progress=False, **kw)
+    assert traj.sizes["body"] == 1 and int(traj.body[0]) == 0
+    assert np.isfinite(traj.position.values).all()
+
+
+def test_a_run_of_no_steps_at_time_0_stores_its_one_snapshot(client, store):
+    traj = nbody_dask.simulate(nbody_dask.plummer(10), steps=0, dt=0.1, client=client,
+                               progress=False, store=store)
+    assert traj.sizes["time"] == 1 and float(traj.time[0]) == 0 and int(traj.step[0]) == 0
+    assert nbody_dask.verify_trajectory(store) == 1
