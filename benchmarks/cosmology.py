@@ -31,28 +31,9 @@ import numpy as np
 
 import nbody_dask
 from nbody_dask.cosmology import Background, linear_power
+from nbody_dask.testing import grid_shell_average
 
 SECTIONS = ("ics", "growth")
-
-
-def _expected(n: int, box: float, mesh: int, power, growth: float) -> np.ndarray:
-    """The input spectrum averaged over each shell's modes of the particle grid (its Nyquist
-    planes excluded, as the generator leaves them), times D1^2."""
-    k1 = np.fft.fftfreq(n, box / n) * 2 * np.pi
-    kz = np.fft.rfftfreq(n, box / n) * 2 * np.pi
-    kx, ky, kz = np.meshgrid(k1, k1, kz, indexing="ij")
-    k = np.sqrt(kx**2 + ky**2 + kz**2)
-    nyquist = math.pi * n / box
-    weight = np.where(np.isclose(kz, 0) | np.isclose(kz, nyquist), 1.0, 2.0)
-    weight[np.isclose(np.abs(kx), nyquist) | np.isclose(np.abs(ky), nyquist)
-           | np.isclose(kz, nyquist)] = 0
-    edges = np.arange(0.5, mesh / 2 + 0.5 + 1e-9) * 2 * np.pi / box
-    shell = np.digitize(k, edges) - 1
-    inside = (shell >= 0) & (shell < len(edges) - 1)
-    total = np.bincount(shell[inside], weights=(weight * power(k))[inside],
-                        minlength=len(edges))
-    modes = np.bincount(shell[inside], weights=weight[inside], minlength=len(edges))
-    return total[: len(edges) - 1] / np.maximum(modes[: len(edges) - 1], 1) * growth**2
 
 
 def ics_section(args) -> dict:
@@ -64,7 +45,8 @@ def ics_section(args) -> dict:
     mesh = 4 * args.n_side
     pk = nbody_dask.power_spectrum(ics, mesh)
     d1 = Background("Planck18").growth(float(ics.time)).d1[0]
-    expected = _expected(args.n_side, args.box, mesh, linear_power("Planck18"), d1)
+    expected = grid_shell_average(linear_power("Planck18"), args.n_side, args.box, mesh) \
+        * d1**2
     ratio = pk.power.values / expected[: pk.sizes["k"]]
     half = pk.k.values < 0.5 * math.pi * args.n_side / args.box
     row = {"section": "ics", "n_side": args.n_side, "box": args.box, "mesh": mesh,

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["direct_sum_reference", "kernel_error_bound", "bound_ratio", "TERM_ULPS"]
+__all__ = ["direct_sum_reference", "kernel_error_bound", "bound_ratio", "grid_shell_average",
+           "TERM_ULPS"]
 
 #: Rounding errors, in units of the dtype's unit roundoff, of one interaction term of a
 #: kernel: the separation (1), its square and the softened sum (3), the reciprocal square
@@ -111,3 +112,27 @@ def bound_ratio(got, want, bound) -> float:
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(bound > 0, difference / bound, np.where(difference == 0, 0.0, np.inf))
     return float(ratio.max(initial=0.0))
+
+
+def grid_shell_average(power, n_side: int, box_size: float, mesh_size: int) -> np.ndarray:
+    """The spectrum ``power(k)`` averaged over the wave numbers of an ``n_side`` grid in each
+    shell of :func:`nbody_dask.power_spectrum` on a ``mesh_size`` mesh (shells of the
+    fundamental's width centred on its multiples, the grid's Nyquist planes left out as
+    :func:`nbody_dask.cosmological_ics` leaves them): what the measured spectrum of
+    fixed-amplitude initial conditions should be, shell by shell (empty shells: 0)."""
+    n, box = n_side, box_size
+    k1 = np.fft.fftfreq(n, box / n) * 2 * np.pi
+    kz = np.fft.rfftfreq(n, box / n) * 2 * np.pi
+    kx, ky, kz = np.meshgrid(k1, k1, kz, indexing="ij")
+    k = np.sqrt(kx**2 + ky**2 + kz**2)
+    nyquist = np.pi * n / box
+    weight = np.where(np.isclose(kz, 0) | np.isclose(kz, nyquist), 1.0, 2.0)
+    weight[np.isclose(np.abs(kx), nyquist) | np.isclose(np.abs(ky), nyquist)
+           | np.isclose(kz, nyquist)] = 0
+    edges = np.arange(0.5, mesh_size / 2 + 0.5 + 1e-9) * 2 * np.pi / box
+    shell = np.digitize(k, edges) - 1
+    inside = (shell >= 0) & (shell < len(edges) - 1)
+    shells = len(edges) - 1
+    total = np.bincount(shell[inside], weights=(weight * power(k))[inside], minlength=shells)
+    modes = np.bincount(shell[inside], weights=weight[inside], minlength=shells)
+    return total / np.maximum(modes, 1)
