@@ -123,6 +123,10 @@ def main() -> None:
                         help="SWIFT's largest step (ln a)")
     parser.add_argument("--cutoff", type=float, default=None, help="nbody_dask's TreePM cutoff")
     parser.add_argument("--theta", type=float, default=None, help="nbody_dask's opening angle")
+    parser.add_argument("--mesh-size", type=int, default=None,
+                        help="nbody_dask's TreePM mesh")
+    parser.add_argument("--split", type=float, default=None,
+                        help="nbody_dask's TreePM split (mesh cells)")
     parser.add_argument("--min-members", type=int, default=100)
     parser.add_argument("--k-max", type=float, default=1.0, help="h/Mpc")
     parser.add_argument("--workdir", default="swift-compare")
@@ -155,7 +159,8 @@ def main() -> None:
                                    softening=args.softening * args.box / args.n_side,
                                    dtype="float32", store=workdir / "nbody.zarr",
                                    overwrite=True, progress=False, cutoff=args.cutoff,
-                                   theta=args.theta)
+                                   theta=args.theta, mesh_size=args.mesh_size,
+                                   split=args.split)
         ours = {"seconds": time.perf_counter() - start, "steps": int(traj.step[-1])}
         (workdir / "result-nbody.json").write_text(json.dumps(ours))
     print(f"nbody_dask: {ours['seconds']:.1f} s, {ours['steps']} steps")
