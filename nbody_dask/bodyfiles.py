@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import dask.array as da
 import numpy as np
 import xarray as xr
 import zarr
@@ -128,9 +129,50 @@ def _snapshot_bodies(ds: xr.Dataset, snapshot: int, where: str) -> xr.Dataset:
         return bodies
 
 
+def _is_lazy(bodies: Any) -> bool:
+    """A Dataset whose positions are a Dask array (not yet computed)."""
+    return isinstance(bodies, xr.Dataset) and "position" in bodies \
+        and isinstance(bodies["position"].data, da.Array)
+
+
+def _lazy_bodies(bodies: xr.Dataset) -> xr.Dataset:
+    """A lazy body set checked as far as it can be without computing it (variables, dims,
+    shapes); its values are checked chunk by chunk as they are computed."""
+    for name, dims in (("position", ("body", "axis")), ("velocity", ("body", "axis")),
+                       ("mass", ("body",))):
+        if name not in bodies:
+            raise ValueError(f"bodies is missing variable {name!r}")
+        if bodies[name].dims != dims:
+            raise ValueError(f"bodies.{name} must have dims {dims}, got {bodies[name].dims}")
+    n = bodies.sizes["body"]
+    if bodies.sizes.get("axis") != 3:
+        raise ValueError(f"bodies must have 3 axes, got {bodies.sizes.get('axis')}")
+    arrays = {}
+    for name in ("position", "velocity", "mass"):
+        data = da.asarray(bodies[name].data).astype(np.float64)
+        arrays[name] = (bodies[name].dims, data.map_blocks(_finite, name, dtype=np.float64))
+    coords = {"body": np.asarray(bodies["body"].values if "body" in bodies.coords
+                                 else np.arange(n)),
+              "axis": np.array(["x", "y", "z"], dtype=object)}
+    if "time" in bodies.coords and bodies["time"].ndim == 0:
+        coords["time"] = bodies["time"].item()
+    return xr.Dataset(arrays, coords=coords, attrs=dict(bodies.attrs))
+
+
+def _finite(block: np.ndarray, name: str) -> np.ndarray:
+    if not np.isfinite(block).all():
+        raise ValueError(f"bodies.{name} has non-finite values")
+    if name == "mass" and (block < 0).any():
+        raise ValueError("bodies.mass has negative values")
+    return block
+
+
 def save_bodies(bodies: xr.Dataset, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
     """Write a body set to ``.npz``, netCDF, Zarr or GADGET HDF5 (chosen by ``path``), for
-    ``run --ic FILE`` or for other codes (a trajectory snapshot keeps its ``time``).
+    ``run --ic FILE`` or for other codes (a trajectory snapshot keeps its ``time``). A lazy
+    body set (Dask arrays, as :func:`nbody_dask.cosmological_ics` returns) goes to Zarr
+    chunk by chunk, computed and written by the cluster's workers, never gathered here; its
+    values are checked as each chunk is computed.
 
     Raises
     ------
@@ -153,6 +195,15 @@ def save_bodies(bodies: xr.Dataset, path: str | os.PathLike, *, overwrite: bool 
                          "one, even with overwrite=True; remove it yourself if you mean to")
     if kind == "gadget":
         return write_gadget(bodies, path, overwrite=overwrite)
+    if kind == "zarr" and _is_lazy(bodies):
+        # a lazy body set (cosmological_ics) is written chunk by chunk where its arrays are
+        # computed, on the cluster's workers: it never passes whole through this process
+        check_store_path(path, overwrite)
+        ds = _lazy_bodies(bodies)
+        ds.attrs["nbody_dask_version"] = __version__
+        ds.to_zarr(path, mode="w", zarr_format=3, consolidated=False)
+        consolidate_metadata(path)
+        return path
     ds = as_bodies(bodies)
     if isinstance(bodies, xr.Dataset) and "time" in bodies.coords and bodies["time"].ndim == 0:
         ds = ds.assign_coords(time=bodies["time"].item())  # a snapshot's time, an IC's a

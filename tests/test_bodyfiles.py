@@ -110,3 +110,22 @@ def test_a_body_set_never_replaces_a_trajectory(client, tmp_path):
     with pytest.raises(ValueError, match="is a trajectory store"):
         save_bodies(nbody_dask.plummer(16, seed=0), store, overwrite=True)
     assert nbody_dask.open_trajectory(store).sizes["time"] == 2
+
+
+def test_a_lazy_ic_set_is_written_to_zarr_without_gathering_and_reads_back(tmp_path):
+    import dask
+
+    import nbody_dask
+
+    ics = nbody_dask.cosmological_ics(8, 50.0, z_start=20, seed=3)
+    path = tmp_path / "ics.zarr"
+    with dask.config.set(scheduler="threads"):
+        save_bodies(ics, path)
+    back = load_bodies(path)
+    want = ics.compute()
+    for name in ("position", "velocity", "mass"):
+        np.testing.assert_array_equal(back[name].values, want[name].values)
+    assert float(back.time) == float(want.time) and back.attrs["cosmology"]
+    broken = ics.assign(mass=ics.mass * np.nan)
+    with pytest.raises(ValueError, match="bodies.mass has non-finite values"):
+        save_bodies(broken.chunk({"body": 128}), tmp_path / "broken.zarr")
