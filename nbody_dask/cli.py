@@ -300,9 +300,12 @@ def accuracy(source, storage_options, snapshot, n, seed, method, theta, leaf_siz
 @click.option("--fixed-amplitude", is_flag=True,
               help="cosmology: every mode at the spectrum's amplitude (no sample variance).")
 @click.option("--paired", is_flag=True, help="cosmology: every phase flipped (the pair run).")
+@click.option("--power", "power_name", type=click.Choice(["eisenstein-hu", "camb"]),
+              default="eisenstein-hu", show_default=True,
+              help="cosmology: the linear spectrum (camb: the camb extra).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing file.")
 def ic_command(kind, output, n, seed, params, n_side, box_size, z_start, cosmology_name,
-               fixed_amplitude, paired, overwrite) -> None:
+               fixed_amplitude, paired, power_name, overwrite) -> None:
     """Write initial conditions KIND to OUTPUT (.npz, .nc, .zarr or GADGET .hdf5), for
     run --ic OUTPUT. KIND cosmology: a periodic box by 2LPT (comoving Mpc/h, the cosmology
     and the start's scale factor kept in a .zarr or .nc file, so that run --ic continues it
@@ -317,8 +320,9 @@ def ic_command(kind, output, n, seed, params, n_side, box_size, z_start, cosmolo
             spec = (json.loads(cosmology_name) if cosmology_name.lstrip().startswith("{")
                     else cosmology_name)
             bodies = cosmological_ics(n_side, 4.0 * n_side if box_size is None else box_size,
-                                      spec, z_start=z_start, seed=seed, **params,
-                                      fixed_amplitude=fixed_amplitude, paired=paired)
+                                      spec, z_start=z_start, seed=seed, power=power_name,
+                                      **params, fixed_amplitude=fixed_amplitude,
+                                      paired=paired)
         else:
             bodies = generate(kind, n, seed, **params)
         save_bodies(bodies, output, overwrite=overwrite)

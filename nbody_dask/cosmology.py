@@ -48,7 +48,7 @@ import numpy as np
 from .units import UnitSystem
 
 __all__ = ["as_cosmology", "to_json", "from_json", "Background", "Growth", "unit_system",
-           "mean_density", "linear_power", "colossus_cosmology", "PowerSpectrum"]
+           "mean_density", "linear_power", "SPECTRA", "colossus_cosmology", "PowerSpectrum"]
 
 #: Quadrature nodes per step of the drift and kick factors.
 _NODES = 16
@@ -247,12 +247,9 @@ class Background:
 PowerSpectrum = Callable[[np.ndarray], np.ndarray]
 
 
-def colossus_cosmology(cosmology: Any, *, sigma8: float | None = None,
-                       n_s: float | None = None) -> Any:
-    """The cosmology as colossus's (set as colossus's current one, which its mass functions
-    use), with ``sigma8`` and ``n_s`` (default: the cosmology's metadata); without ``Ob0``,
-    a baryon fraction of 0.049 shapes the spectrum."""
-    cosmology = as_cosmology(cosmology)
+def _sigma8_and_slope(cosmology: Any, sigma8: float | None, n_s: float | None
+                      ) -> tuple[float, float]:
+    """``sigma8`` and ``n_s`` as given, or from the cosmology's metadata."""
     meta = cosmology.meta or {}
     sigma8 = meta.get("sigma8") if sigma8 is None else sigma8
     n_s = meta.get("n") if n_s is None else n_s
@@ -261,6 +258,16 @@ def colossus_cosmology(cosmology: Any, *, sigma8: float | None = None,
             raise ValueError(f"{name} is needed for the linear power spectrum of "
                              f"{cosmology.name or cosmology!r} (its metadata has none): give "
                              f"{name}=..., or power=callable")
+    return float(sigma8), float(n_s)
+
+
+def colossus_cosmology(cosmology: Any, *, sigma8: float | None = None,
+                       n_s: float | None = None) -> Any:
+    """The cosmology as colossus's (set as colossus's current one, which its mass functions
+    use), with ``sigma8`` and ``n_s`` (default: the cosmology's metadata); without ``Ob0``
+    (None or 0), a baryon fraction of 0.049 shapes the spectrum."""
+    cosmology = as_cosmology(cosmology)
+    sigma8, n_s = _sigma8_and_slope(cosmology, sigma8, n_s)
     try:
         from colossus.cosmology import cosmology as colossus
     except ImportError:
@@ -272,7 +279,7 @@ def colossus_cosmology(cosmology: Any, *, sigma8: float | None = None,
     tcmb = float(cosmology.Tcmb0.value)
     params = dict(flat=bool(cosmology.Ok0 == 0), H0=float(cosmology.H0.value),
                   Om0=float(cosmology.Om0), Ode0=float(cosmology.Ode0),
-                  Ob0=float(cosmology.Ob0) if cosmology.Ob0 is not None else 0.049,
+                  Ob0=float(cosmology.Ob0 or 0.049),
                   Tcmb0=tcmb if tcmb > 0 else 2.7255, Neff=float(cosmology.Neff),
                   relspecies=tcmb > 0, sigma8=float(sigma8), ns=float(n_s), persistence="")
     with warnings.catch_warnings():
@@ -280,19 +287,31 @@ def colossus_cosmology(cosmology: Any, *, sigma8: float | None = None,
         return colossus.setCosmology("nbody-dask", params=params)
 
 
-def linear_power(cosmology: Any, power: PowerSpectrum | None = None, *,
+#: The linear spectra :func:`linear_power` computes by name.
+SPECTRA = ("eisenstein-hu", "camb")
+
+
+def linear_power(cosmology: Any, power: PowerSpectrum | str | None = None, *,
                  sigma8: float | None = None, n_s: float | None = None) -> PowerSpectrum:
     """The linear matter power spectrum today, ``P(k)`` in (Mpc/h)^3 for ``k`` in h/Mpc.
 
-    ``power``, when given, is returned as it is. Otherwise colossus's Eisenstein & Hu
-    spectrum of the cosmology, normalised to ``sigma8`` with slope ``n_s`` (default: the
-    cosmology's metadata, as astropy's realizations carry them).
+    ``power``: a callable, returned as it is; ``"eisenstein-hu"`` (the default: colossus's
+    fit, fast, no baryon wiggles' details beyond the fit's); or ``"camb"`` (the Boltzmann
+    code CAMB, the ``camb`` extra: the spectrum of cold dark matter and baryons, which the
+    bodies are, with the cosmology's massive neutrinos in the expansion and the transfer).
+    Either is normalised to ``sigma8`` with slope ``n_s`` (default: the cosmology's
+    metadata, as astropy's realizations carry them).
     """
-    if power is not None:
+    if power is not None and not isinstance(power, str):
         if not callable(power):
-            raise TypeError(f"power must be a callable P(k), got {power!r}")
+            raise TypeError(f"power must be a callable P(k) or one of {SPECTRA}, got "
+                            f"{power!r}")
         return power
+    if power is not None and power not in SPECTRA:
+        raise ValueError(f"power must be a callable P(k) or one of {SPECTRA}, got {power!r}")
     cosmology = as_cosmology(cosmology)
+    if power == "camb":
+        return _camb_spectrum(cosmology, sigma8, n_s)
     model = colossus_cosmology(cosmology, sigma8=sigma8, n_s=n_s)
 
     def spectrum(k: np.ndarray) -> np.ndarray:
@@ -301,6 +320,52 @@ def linear_power(cosmology: Any, power: PowerSpectrum | None = None, *,
         positive = k > 0
         if positive.any():
             out[positive] = model.matterPowerSpectrum(k[positive], 0.0)
+        return out
+
+    return spectrum
+
+
+def _camb_spectrum(cosmology: Any, sigma8: float | None, n_s: float | None
+                   ) -> PowerSpectrum:
+    """CAMB's linear spectrum of cold dark matter and baryons today, scaled to ``sigma8``
+    (interpolated in log-log from 1e-4 to 50 h/Mpc, power laws beyond)."""
+    sigma8, n_s = _sigma8_and_slope(cosmology, sigma8, n_s)
+    try:
+        import camb
+    except ImportError:
+        raise ImportError("power='camb' needs CAMB: pip install 'nbody-dask[camb]'") from None
+    h = float(cosmology.h)
+    omega_b = float(cosmology.Ob0 or 0.049)  # no baryons given: the spectrum takes 4.9%
+    m_nu = cosmology.m_nu  # None without neutrinos, else a quantity (one mass or three)
+    masses = np.zeros(1) if m_nu is None else np.atleast_1d(getattr(m_nu, "value", m_nu))
+    tcmb = float(cosmology.Tcmb0.value) or 2.7255  # the transfer needs the CMB's temperature
+    params = camb.CAMBparams()
+    params.set_cosmology(H0=100 * h, ombh2=omega_b * h * h,
+                         omch2=(float(cosmology.Om0) - omega_b) * h * h,
+                         mnu=float(np.sum(masses)), omk=float(cosmology.Ok0), TCMB=tcmb)
+    params.InitPower.set_params(ns=float(n_s), As=2e-9)
+    params.set_matter_power(redshifts=[0.0], kmax=60.0)
+    results = camb.get_results(params)
+    kh, _, pk = results.get_matter_power_spectrum(minkh=1e-4, maxkh=50.0, npoints=600,
+                                                  var1="delta_nonu", var2="delta_nonu")
+    ln_k, ln_p = np.log(kh), np.log(pk[0])
+    # normalise to sigma8 by the top-hat variance of this very table
+    x = np.exp(ln_k) * 8.0
+    window = 3 * (np.sin(x) - x * np.cos(x)) / x**3
+    variance = np.trapezoid(np.exp(3 * ln_k) * pk[0] * window**2 / (2 * np.pi**2), ln_k)
+    ln_p = ln_p + 2 * math.log(sigma8 / math.sqrt(variance))
+    slopes = (ln_p[1] - ln_p[0]) / (ln_k[1] - ln_k[0]), \
+        (ln_p[-1] - ln_p[-2]) / (ln_k[-1] - ln_k[-2])
+
+    def spectrum(k: np.ndarray) -> np.ndarray:
+        k = np.asarray(k, dtype=np.float64)
+        out = np.zeros_like(k)
+        positive = k > 0
+        lk = np.log(k[positive])
+        value = np.interp(lk, ln_k, ln_p)
+        value = np.where(lk < ln_k[0], ln_p[0] + slopes[0] * (lk - ln_k[0]), value)
+        value = np.where(lk > ln_k[-1], ln_p[-1] + slopes[1] * (lk - ln_k[-1]), value)
+        out[positive] = np.exp(value)
         return out
 
     return spectrum

@@ -47,7 +47,8 @@ _SLAB_POINTS = 1 << 22
 
 
 def cosmological_ics(n_side: int, box_size: float, cosmology: Any = "Planck18", *,
-                     z_start: float = 49.0, seed: int = 0, power: PowerSpectrum | None = None,
+                     z_start: float = 49.0, seed: int = 0,
+                     power: PowerSpectrum | str | None = None,
                      sigma8: float | None = None, n_s: float | None = None,
                      fixed_amplitude: bool = False, paired: bool = False,
                      slabs: int | None = None) -> xr.Dataset:
@@ -65,10 +66,11 @@ def cosmological_ics(n_side: int, box_size: float, cosmology: Any = "Planck18", 
         Starting redshift (> 0); 49 by default (2LPT: start at z >= 20-50).
     seed : int
         Seed of the white noise (>= 0).
-    power : callable, optional
-        The linear power spectrum today, ``P(k)`` in (Mpc/h)^3 with ``k`` in h/Mpc; by default
-        colossus's Eisenstein & Hu spectrum of the cosmology
-        (:func:`nbody_dask.cosmology.linear_power`, with ``sigma8`` and ``n_s``).
+    power : callable or {"eisenstein-hu", "camb"}, optional
+        The linear power spectrum today, ``P(k)`` in (Mpc/h)^3 with ``k`` in h/Mpc, or the
+        name of one that :func:`nbody_dask.cosmology.linear_power` computes for the
+        cosmology with ``sigma8`` and ``n_s``: colossus's Eisenstein & Hu fit (the default)
+        or CAMB's Boltzmann solution (the ``camb`` extra).
     sigma8, n_s : float, optional
         The default spectrum's normalisation and slope (default: the cosmology's metadata).
     fixed_amplitude : bool

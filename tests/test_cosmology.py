@@ -391,3 +391,20 @@ def test_steps_are_shared_between_stretches_in_proportion_to_ln_a(steps):
     assert comoving_steps(outputs, dt=0.1) == [26, 7, 7]
     with pytest.raises(ValueError, match="steps must be >= 3"):
         comoving_steps(outputs, steps=2)
+
+
+def test_camb_spectrum_has_the_cosmologys_sigma8_and_follows_eisenstein_hu():
+    pytest.importorskip("camb")
+    cosmo = as_cosmology("Planck18")
+    camb_power = linear_power(cosmo, "camb")
+    k = np.logspace(-3, 1, 200)
+    ratio = camb_power(k) / linear_power(cosmo)(k)
+    assert np.abs(ratio - 1).max() < 0.06  # baryon wiggles the fit smooths over
+    lnk = np.linspace(math.log(1e-4), math.log(1e2), 40_000)
+    x = np.exp(lnk) * 8.0
+    window = 3 * (np.sin(x) - x * np.cos(x)) / x**3
+    variance = np.trapezoid(np.exp(3 * lnk) * camb_power(np.exp(lnk)) * window**2, lnk)
+    sigma8 = math.sqrt(variance / (2 * math.pi**2))
+    assert sigma8 == pytest.approx(cosmo.meta["sigma8"], rel=2e-3)
+    with pytest.raises(ValueError, match="power must be a callable P\\(k\\) or one of"):
+        linear_power(cosmo, "bbks")
