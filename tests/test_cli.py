@@ -307,3 +307,30 @@ def test_export_never_replaces_its_source(client, tmp_path):
         assert result.exit_code == 1 and "OUTPUT" in result.output and "is SOURCE" in \
             result.output, result.output
     assert nbody_dask.open_trajectory(store).sizes["time"] == 2
+
+
+def test_abandoned_store_requests_that_time_out_later_stay_quiet(caplog):
+    """A request the run gave up on may fail inside the object store's client after the
+    one-line error; asyncio's note about it is dropped, any other stays."""
+    import asyncio
+    import gc
+
+    from nbody_dask.cli_support import quiet_abandoned_requests
+
+    quiet_abandoned_requests()
+
+    async def fail(error):
+        raise error
+
+    loop = asyncio.new_event_loop()
+    try:
+        with caplog.at_level("ERROR", logger="asyncio"):
+            for error in (TimeoutError("Timeout"), ValueError("kept")):
+                task = loop.create_task(fail(error))
+                loop.run_until_complete(asyncio.sleep(0.01))
+                del task
+                gc.collect()
+    finally:
+        loop.close()
+    messages = [r.exc_info[1] for r in caplog.records if r.exc_info]
+    assert [type(e) for e in messages] == [ValueError]
