@@ -412,6 +412,7 @@ def power(store, storage_options, mesh_size, snapshots, assignment, output,
     import nbody_dask
 
     from ._validate import check_new_file
+    from .power import default_mesh_size
     from .storage import open_trajectory
 
     with errors_as_messages():
@@ -427,7 +428,7 @@ def power(store, storage_options, mesh_size, snapshots, assignment, output,
         for index in indices:
             if not -count <= index < count:
                 raise ValueError(f"--snapshot must be in [{-count}, {count - 1}], got {index}")
-        mesh = mesh_size or max(16, 2 * round(traj.sizes["body"] ** (1 / 3)))
+        mesh = mesh_size or default_mesh_size(traj.sizes["body"])
         spectra = nbody_dask.power_spectrum(traj.isel(time=indices), mesh,
                                             assignment=assignment)
         for i, index in enumerate(indices):
@@ -543,11 +544,9 @@ def _solar_masses(attrs: dict) -> str:
     """What one code unit of mass is, for a cosmological run (else nothing)."""
     if "cosmology" not in attrs:
         return ""
-    from .cosmology import as_cosmology, unit_system
+    from .cosmology import as_cosmology, mass_unit_msun_h
 
-    cosmology = as_cosmology(attrs["cosmology"])
-    unit = float(unit_system(cosmology).mass.to_value("Msun")) * float(cosmology.h)
-    return f", 1 = {unit:.4g} Msun/h"
+    return f", 1 = {mass_unit_msun_h(as_cosmology(attrs['cosmology'])):.4g} Msun/h"
 
 
 @main.command()

@@ -48,7 +48,8 @@ import numpy as np
 from .units import UnitSystem
 
 __all__ = ["as_cosmology", "to_json", "from_json", "Background", "Growth", "unit_system",
-           "mean_density", "linear_power", "SPECTRA", "colossus_cosmology", "PowerSpectrum"]
+           "mass_unit_msun_h", "mean_density", "linear_power", "SPECTRA",
+           "colossus_cosmology", "PowerSpectrum"]
 
 #: Quadrature nodes per step of the drift and kick factors.
 _NODES = 16
@@ -146,6 +147,11 @@ def unit_system(cosmology: Any) -> UnitSystem:
     length = (1 / cosmology.h) * u.Mpc
     mass = (length**3 * cosmology.H0**2 / const.G).to(u.Msun)
     return UnitSystem(length, mass)
+
+
+def mass_unit_msun_h(cosmology: Any) -> float:
+    """A code unit of mass (:func:`unit_system`) in M_sun/h (about 2.325e12, whatever h)."""
+    return float(unit_system(cosmology).mass.to_value("Msun")) * float(cosmology.h)
 
 
 def mean_density(cosmology: Any) -> float:

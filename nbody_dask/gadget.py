@@ -47,7 +47,7 @@ import xarray as xr
 
 from ._validate import check_new_file
 from .bodies import as_bodies, make_bodies
-from .cosmology import as_cosmology, to_json, unit_system
+from .cosmology import as_cosmology, mass_unit_msun_h, to_json, unit_system
 from .units import declares_units
 
 __all__ = ["read_gadget", "write_gadget", "SUFFIXES"]
@@ -278,7 +278,7 @@ def _comoving_bodies(path: Path, found: dict, position: np.ndarray, velocity: np
         params.pop("Ode0")  # flat
     cosmology = as_cosmology(params)
     h, a = float(cosmology.h), found["a"]
-    code_mass_msun_h = float(unit_system(cosmology).mass.to_value("Msun")) * h
+    code_mass_msun_h = mass_unit_msun_h(cosmology)
     if units is None:  # GADGET's defaults: kpc/h or Mpc/h, told apart by the mean density
         length = _default_length(path, found, mass)
         mass_unit, speed = _GADGET_MASS_G, 1e5
@@ -349,7 +349,7 @@ def write_gadget(bodies: xr.Dataset, path: str | os.PathLike, *,
         if not 0 < time <= 1:
             raise ValueError(f"a cosmological body set's time is its scale factor, in (0, 1]; "
                              f"got {time!r}")
-        code_mass_msun_h = float(unit_system(cosmology).mass.to_value("Msun")) * cosmology.h
+        code_mass_msun_h = mass_unit_msun_h(cosmology)
         # GADGET's conventions: Mpc/h, 1e10 M_sun/h, km/s with velocities v / sqrt(a)
         velocity = velocity * (_CODE_SPEED_CM_S / 1e5) / np.sqrt(time)
         mass = mass * (code_mass_msun_h / 1e10)

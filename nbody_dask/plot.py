@@ -257,7 +257,7 @@ def power_spectra(trajectory: xr.Dataset, snapshots: Sequence[int] | None = None
     bodies that start on a grid have less than that until they cluster); by default the
     first and last snapshots and up to three between."""
     from .cosmology import Background, as_cosmology, linear_power
-    from .power import power_spectrum
+    from .power import default_mesh_size, power_spectrum
 
     if "cosmology" not in trajectory.attrs:
         raise ValueError("power_spectra is for cosmological runs (the trajectory has no "
@@ -266,7 +266,7 @@ def power_spectra(trajectory: xr.Dataset, snapshots: Sequence[int] | None = None
     if snapshots is None:
         snapshots = sorted(set(np.linspace(0, count - 1, min(count, 5)).round().astype(int)))
     indices = _snapshot_indices(trajectory, snapshots)
-    mesh = mesh_size or max(16, 2 * round(trajectory.sizes["body"] ** (1 / 3)))
+    mesh = mesh_size or default_mesh_size(trajectory.sizes["body"])
     spectra = power_spectrum(trajectory.isel(time=indices), mesh)
     cosmology = as_cosmology(trajectory.attrs["cosmology"])
     linear = linear_power(cosmology)
@@ -280,11 +280,8 @@ def power_spectra(trajectory: xr.Dataset, snapshots: Sequence[int] | None = None
         ax.loglog(k, linear(k) * growth[i] ** 2, "--", color=line.get_color(), lw=0.8)
     ax.axhline(float(spectra.shot_noise[0]), color="grey", ls=":", lw=0.8,
                label="shot noise V/N")
-    ax.set_xlabel("k (h/Mpc)")
-    ax.set_ylabel("P(k) ((Mpc/h)³)")
-    ax.set_title(f"N = {trajectory.sizes['body']}, mesh {mesh}³; dashed: linear theory")
-    ax.legend(fontsize="small")
-    ax.grid(True, which="both", alpha=0.3)
+    _log_axes(ax, "k (h/Mpc)", "P(k) ((Mpc/h)³)",
+              f"N = {trajectory.sizes['body']}, mesh {mesh}³; dashed: linear theory")
     return fig
 
 
@@ -295,14 +292,12 @@ def halo_mass_function(halos: xr.Dataset, cosmology: object, redshift: float = 0
     colossus (``model``: one of its FoF mass functions) at ``redshift``; masses in M_sun/h."""
     from colossus.lss import mass_function as fits
 
-    from .cosmology import as_cosmology, colossus_cosmology, unit_system
+    from .cosmology import as_cosmology, colossus_cosmology, mass_unit_msun_h
     from .halos import mass_function
 
     cosmology = as_cosmology(cosmology)
     measured = mass_function(halos, bins)
-    unit = float(unit_system(cosmology).mass.to_value("Msun")) * float(cosmology.h)  # Msun/h
-    mass = measured.mass.values * unit
-    volume = float(halos.attrs["box_size"]) ** 3
+    mass = measured.mass.values * mass_unit_msun_h(cosmology)
     colossus_cosmology(cosmology)
     fit = fits.massFunction(mass, redshift, mdef="fof", model=model, q_out="dndlnM") \
         * np.log(10)  # dn/dlog10 M in (h/Mpc)^3
@@ -314,12 +309,18 @@ def halo_mass_function(halos: xr.Dataset, cosmology: object, redshift: float = 0
                 label=f"FoF b = {halos.attrs.get('linking_length_spacings', 0.2):g}, "
                       f"{halos.sizes['halo']} halos")
     ax.loglog(mass, fit, "--", label=f"{model} (colossus)")
-    ax.set_xlabel("M (M☉/h)")
-    ax.set_ylabel("dn / dlog₁₀M ((h/Mpc)³)")
-    ax.set_title(f"z = {redshift:.3g}, box {volume ** (1 / 3):g} Mpc/h")
+    _log_axes(ax, "M (M☉/h)", "dn / dlog₁₀M ((h/Mpc)³)",
+              f"z = {redshift:.3g}, box {float(halos.attrs['box_size']):g} Mpc/h")
+    return fig
+
+
+def _log_axes(ax, xlabel: str, ylabel: str, title: str) -> None:
+    """Labels, title, legend and the log grid of a cosmology plot."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.legend(fontsize="small")
     ax.grid(True, which="both", alpha=0.3)
-    return fig
 
 
 def animate(trajectory: xr.Dataset, path: str | os.PathLike, *, plane: str = "xy",

@@ -26,13 +26,19 @@ from . import meshfft
 from ._validate import check_int, check_real
 from .kernels import pm
 
-__all__ = ["power_spectrum", "ASSIGNMENTS"]
+__all__ = ["power_spectrum", "default_mesh_size", "ASSIGNMENTS"]
 
 ASSIGNMENTS = tuple(pm.POINTS)
 #: Bodies per deposit task.
 _CHUNK_BODIES = 1 << 20
 #: Mesh points per slab of the summed mesh (at most; 128 planes of 512^2 float64 = 256 MiB).
 _SLAB_POINTS = 1 << 25
+
+
+def default_mesh_size(n: int) -> int:
+    """A mesh for the power spectrum of ``n`` bodies: twice their grid (at least 16) a side,
+    reaching twice the particle Nyquist frequency."""
+    return max(16, 2 * round(n ** (1 / 3)))
 
 
 def power_spectrum(bodies: xr.Dataset, mesh_size: int, *, box_size: float | None = None,
