@@ -17,8 +17,8 @@ from typing import Any
 import click
 
 from .cli_support import (cluster_options, errors_as_messages, initial_conditions,
-                          load_config, parse_params, quiet_abandoned_requests, rate_line,
-                          run_summary, same_place, storage_options_option, worker_counts)
+                          load_config, parse_params, rate_line, run_summary, same_place,
+                          storage_options_option, worker_counts)
 
 __all__ = ["main"]
 
@@ -27,7 +27,6 @@ __all__ = ["main"]
 @click.version_option(package_name="nbody-dask")
 def main() -> None:
     """Gravitational N-body simulation on Dask, by direct summation or a tree."""
-    quiet_abandoned_requests()
 
 
 @main.command()

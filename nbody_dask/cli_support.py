@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -226,20 +225,6 @@ def _method_line(attrs: dict) -> str:
     name = attrs.get("method", "direct")
     shown = [f"{p} = {attrs[p]}" for p in methods.get(name).parameters if p in attrs]
     return f"{name} ({', '.join(shown)})" if shown else name
-
-
-def quiet_abandoned_requests() -> None:
-    """Keep asyncio's "Future exception was never retrieved" about a timed-out store request
-    off the terminal: a request the run gave up on (the store did not answer within its
-    deadline, already reported in one line) may fail later inside the object store's client,
-    and asyncio logs that when the interpreter collects it."""
-    def keep(record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        return not (record.getMessage().startswith(("Future exception was never retrieved",
-                                                     "Task exception was never retrieved"))
-                    and isinstance(error, TimeoutError))
-
-    logging.getLogger("asyncio").addFilter(keep)
 
 
 @contextlib.contextmanager

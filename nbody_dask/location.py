@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -38,7 +39,7 @@ from typing import Any
 from . import config
 
 __all__ = ["StoreLocation", "LocalLocation", "ObjectLocation", "StoreUnreachableError",
-           "store_faults", "describe_error",
+           "store_faults", "describe_error", "quiet_abandoned_requests",
            "store_location", "ATOMIC_CREATE_PROTOCOLS"]
 
 _URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -281,7 +282,11 @@ class ObjectLocation(StoreLocation):
         asynchronous (fsspec's blocking wrappers take a ``timeout``)."""
         if getattr(self.fs, "async_impl", False):
             kwargs["timeout"] = self.deadline
-        return getattr(self.fs, method)(*args, **kwargs)
+        try:
+            return getattr(self.fs, method)(*args, **kwargs)
+        except TimeoutError:
+            quiet_abandoned_requests()
+            raise
 
     def exists(self, name: str = "") -> bool:
         if not name:
@@ -474,3 +479,21 @@ def _object_location(url: str, protocol: str, options: Mapping[str, Any]) -> Obj
         raise ValueError(f"store={url!r} is a whole bucket; name a prefix in it "
                          f"({protocol}://{bucket}/run.zarr)")
     return ObjectLocation(url, protocol, options)
+
+
+def _not_an_abandoned_request(record: logging.LogRecord) -> bool:
+    """False for asyncio's note that a request which timed out was never awaited."""
+    error = record.exc_info[1] if record.exc_info else None
+    return not (record.getMessage().startswith(("Future exception was never retrieved",
+                                                 "Task exception was never retrieved"))
+                and isinstance(error, TimeoutError))
+
+
+def quiet_abandoned_requests() -> None:
+    """Keep asyncio's "exception was never retrieved" about a timed-out store request off
+    the terminal, once a store operation was abandoned for its deadline (and said so in its
+    own error): the request may fail later inside the object store's client, and asyncio
+    logs that when the interpreter collects it. Other such notes stay."""
+    logger = logging.getLogger("asyncio")
+    if _not_an_abandoned_request not in logger.filters:
+        logger.addFilter(_not_an_abandoned_request)

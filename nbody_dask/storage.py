@@ -48,8 +48,8 @@ from zarr.core.sync import sync as zarr_sync
 from .bodies import AXES, Tile
 from .diagnostics import ERROR_STATISTICS
 from .lease import LeaseLostError, holds, is_lease_file, refuse_if_in_use
-from .location import (LocalLocation, StoreLocation, describe_error, store_faults,
-                       store_location)
+from .location import (LocalLocation, StoreLocation, describe_error,
+                       quiet_abandoned_requests, store_faults, store_location)
 
 __all__ = ["check_store_path", "is_trajectory_store", "create_store", "write_tile",
            "SnapshotCommitter", "committed_snapshots", "open_trajectory", "verify_trajectory",
@@ -322,6 +322,7 @@ def _write_region(array: zarr.Array, region: Any, values: np.ndarray,
     try:
         zarr_sync(array.async_array.setitem(region, values), timeout=deadline)
     except TimeoutError:
+        quiet_abandoned_requests()  # the write goes on in Zarr's loop, and may fail there
         raise TimeoutError(f"the store did not answer within {deadline:g} s") from None
 
 

@@ -315,7 +315,7 @@ def test_abandoned_store_requests_that_time_out_later_stay_quiet(caplog):
     import asyncio
     import gc
 
-    from nbody_dask.cli_support import quiet_abandoned_requests
+    from nbody_dask.location import quiet_abandoned_requests
 
     quiet_abandoned_requests()
 
