@@ -109,9 +109,10 @@ def cosmological_ics(n_side: int, box_size: float, cosmology: Any = "Planck18", 
     cosmo = as_cosmology(cosmology)
     spectrum = linear_power(cosmo, power, sigma8=sigma8, n_s=n_s)
     a = 1 / (1 + z_start)
-    growth = Background(cosmo).growth(a)
+    background = Background(cosmo)
+    growth = background.growth(a)
     d1, f1, d2, f2 = (float(v[0]) for v in (growth.d1, growth.f1, growth.d2, growth.f2))
-    hubble = float(Background(cosmo).efunc(a))
+    hubble = float(background.efunc(a))
 
     bounds = [(n * j // slabs, n * (j + 1) // slabs) for j in range(slabs)]
     noise = da.concatenate([da.from_delayed(dask.delayed(_noise)(seed, lo, hi, n),
