@@ -20,6 +20,7 @@ from . import initial_conditions  # noqa: E402
 from .initial_conditions import (  # noqa: E402
     cold_collapse,
     exponential_disk,
+    hernquist,
     kepler,
     merger,
     plummer,
@@ -57,6 +58,7 @@ __all__ = [
     "make_bodies",
     "as_bodies",
     "plummer",
+    "hernquist",
     "uniform_cube",
     "kepler",
     "cold_collapse",

@@ -58,6 +58,9 @@ class RunArguments:
     a_end: float | None = None
     z_end: float | None = None
     snapshot_redshifts: Any = None
+    timestep: str | None = None
+    eta: float | None = None
+    time_bins: int | None = None
 
     def plan(self, n: int, a_start: float | None = None) -> Plan:
         """The plan of a run of ``n`` bodies: defaults from the configuration, ``"auto"``
@@ -88,6 +91,7 @@ class RunArguments:
                 box_size=box_size, mesh_size=self.mesh_size, mesh_slabs=self.mesh_slabs,
                 split=self.split,
                 cutoff=self.cutoff,
+                timestep=self.timestep, eta=self.eta, time_bins=self.time_bins,
             )
         except ValueError as exc:
             if asked == method:

@@ -342,6 +342,9 @@ class Tile:
         Each body's index in the body set, for a tile of bodies gathered from anywhere (a
         spatial tile of the tree method, :mod:`nbody_dask.spatial`); None for a contiguous
         run, whose bodies are ``start, start + 1, ...``.
+    time_bin : ndarray of int8, shape (n,), optional
+        Each body's time bin in a run with individual time steps (:mod:`nbody_dask.
+        timebins`); None otherwise.
     """
 
     start: int
@@ -351,6 +354,7 @@ class Tile:
     acceleration: np.ndarray | None = None
     potential: np.ndarray | None = None
     ids: np.ndarray | None = None
+    time_bin: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -369,7 +373,8 @@ class Tile:
             return None if a is None else np.ascontiguousarray(a[..., index])
 
         return Tile(-1, pick(self.position), pick(self.velocity), pick(self.mass),
-                    pick(self.acceleration), pick(self.potential), self.body_ids[index])
+                    pick(self.acceleration), pick(self.potential), self.body_ids[index],
+                    pick(self.time_bin))
 
     def evolve(self, **changes: Any) -> Tile:
         """A copy with some fields replaced (tiles are immutable once on a worker)."""

@@ -8,6 +8,7 @@ computes is its :class:`~nbody_dask.plan.Plan`, and its graphs come from
 
 from __future__ import annotations
 
+import operator
 import signal
 import threading
 import uuid
@@ -26,6 +27,7 @@ from distributed.scheduler import KilledWorker
 
 from . import config
 from .backends import cluster_backend
+from .blocksteps import block_pieces, fused_blocks, initial_block_pieces
 from .bodies import as_bodies, resolve_dtype, split_tiles
 from .clusters import total_threads
 from .diagnostics import as_record
@@ -94,6 +96,8 @@ class Driver:
         self.token = ""
         self.state: Any = None  # what the force method carries from step to step
         self.fallback: set[int] = set()  # stretches (by first step) run with the fallback
+        self.evaluations = 0  # individual time steps: body force evaluations since the last
+        self.snapshot_evaluations: dict[int, int] = {}  # snapshot, by index
 
     def run_with_restarts(self, bodies: xr.Dataset | None) -> None:
         """Run to the end; after lost workers, restart from the last committed snapshot.
@@ -173,9 +177,14 @@ class Driver:
         if plan.comoving:  # the state carries momenta, snapshots peculiar velocities
             tiles = [canonical(tile, plan.scale_factor(step)) for tile in tiles]
         tiles = c.scatter(tiles, hash=False)
-        state, self.state = submit_pieces(c, initial_pieces(
-            plan, self.token, tiles, threads=self.threads, step=step,
-            fallback=frozenset(self.fallback)))
+        self.evaluations = 0
+        if plan.individual:  # self.state: the tiles' bin counts
+            state, self.state = submit_pieces(c, initial_block_pieces(
+                plan, self.token, tiles, step=step))
+        else:
+            state, self.state = submit_pieces(c, initial_pieces(
+                plan, self.token, tiles, threads=self.threads, step=step,
+                fallback=frozenset(self.fallback)))
         if self.committer.committed:
             self.on_complete(step, None)
         else:
@@ -185,7 +194,21 @@ class Driver:
     def submit_steps(self, state: list[Future], step: int, end: int) -> list[Future]:
         """Submit steps ``step + 1 .. end`` on ``state``; return the futures of the result."""
         plan, potential = self.plan, frozenset(self.snapshot_steps)
-        if plan.fused:
+        if plan.individual and plan.n_tiles == 1:  # the blocks in one task, no round trips
+            fused = key(self.token, "fusedblocks", end, 0)
+            dsk = {fused: (fused_blocks, state[0], self.state, plan, self.token, step + 1,
+                           end, potential),
+                   key(self.token, "fusedtile", end, 0): (operator.getitem, fused, 0),
+                   key(self.token, "fusedbins", end, 0): (operator.getitem, fused, 1)}
+            tile, bins = self.client.get(dsk, list(dsk)[1:], sync=False)
+            state = [tile]
+            self.state, evaluations = bins.result()
+            self.evaluations += evaluations
+        elif plan.individual:
+            state, self.state, evaluations = submit_pieces(self.client, block_pieces(
+                plan, self.token, state, self.state, step + 1, end, potential))
+            self.evaluations += evaluations
+        elif plan.fused:
             dsk = {key(self.token, "fused", end, 0): (fused_steps, state[0], plan, self.token,
                                                       step + 1, end, potential, self.threads)}
             state = self.client.get(dsk, list(dsk), sync=False)
@@ -202,6 +225,8 @@ class Driver:
     def submit_snapshot(self, state: list[Future], step: int) -> None:
         """Submit the writing of snapshot ``step`` and the reduction of its diagnostics."""
         index = self.snapshots[step]
+        if self.plan.individual:
+            self.snapshot_evaluations[index], self.evaluations = self.evaluations, 0
         dsk, total = snapshot_graph(self.plan, self.token, state, step, self.path, index,
                                     "" if self.lease is None else self.lease.run_id)
         self.pending.append((step, index, self.client.get(dsk, total, sync=False)))
@@ -217,6 +242,8 @@ class Driver:
             record = None
         else:
             record = as_record(futures.result())
+            if self.plan.individual:
+                record["force_evaluations"] = self.snapshot_evaluations.pop(index)
             self.committer.add(index, record)
         self.on_complete(step, record)
 

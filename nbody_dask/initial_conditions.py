@@ -18,6 +18,7 @@ from .bodies import make_bodies, wrap
 __all__ = [
     "uniform_cube",
     "plummer",
+    "hernquist",
     "kepler",
     "cold_collapse",
     "merger",
@@ -115,6 +116,64 @@ def plummer(n: int, seed: int = 0, *, max_mass_fraction: float = 0.999) -> xr.Da
     mass = np.full(n, 1.0 / n)
     return _finish(pos, vel, mass, initial_conditions="plummer", seed=seed, units=HENON_UNITS,
                    scale_radius=a)
+
+
+def hernquist(n: int, seed: int = 0, *, max_mass_fraction: float = 0.99) -> xr.Dataset:
+    """A Hernquist (1990) sphere in Hénon units: a cusp, ``rho ~ 1 / r`` at the centre, with
+    velocities from its isotropic distribution function.
+
+    The scale radius is ``a = 1 / 3`` so that E = -GM^2 / (12 a) = -1/4 in the limit of large
+    ``n``; the half-mass radius is ``(1 + sqrt 2) a ~ 0.805``. Radii follow ``M(r) = r^2 /
+    (r + a)^2``; at each radius the speed is drawn from ``v^2 f(psi - v^2 / 2)`` (Hernquist's
+    eq. 17) by inverting its cumulative sum on a fine grid. The dynamical times span orders of
+    magnitude from the centre out: the set-up that individual time steps are for.
+
+    Parameters
+    ----------
+    n : int
+        Number of bodies (>= 1), equal masses ``1 / n``.
+    seed : int
+        Seed of :func:`numpy.random.default_rng`.
+    max_mass_fraction : float
+        Radii are drawn from the inner ``max_mass_fraction`` of the mass (0.99: inside
+        ~ 200 a).
+    """
+    n = _body_count(n, 1)
+    max_mass_fraction = check_real("max_mass_fraction", max_mass_fraction, positive=True)
+    if max_mass_fraction >= 1:
+        raise ValueError(f"max_mass_fraction must be < 1, got {max_mass_fraction!r}")
+    rng = np.random.default_rng(seed)
+    # Structural units a = G = M = 1 first, scaled to Hénon units at the end.
+    root = np.sqrt(rng.uniform(0.0, max_mass_fraction, n))
+    r = root / (1.0 - root)
+    pos = r[:, None] * _isotropic(rng, n)
+    psi = 1.0 / (1.0 + r)
+    fractions = np.empty(n)
+    grid = (np.arange(512) + 0.5) / 512  # speed in units of the local escape speed
+    for lo in range(0, n, 8192):  # bounded memory: 8192 x 512 densities at a time
+        hi = min(lo + 8192, n)
+        density = grid**2 * _hernquist_df(psi[lo:hi, None] * (1.0 - grid**2))
+        cumulative = np.cumsum(density, axis=1)
+        cumulative /= cumulative[:, -1:]
+        u = rng.random(hi - lo)
+        fractions[lo:hi] = [np.interp(ui, c, grid) for ui, c in zip(u, cumulative,
+                                                                      strict=True)]
+    vel = (fractions * np.sqrt(2.0 * psi))[:, None] * _isotropic(rng, n)
+    a = 1.0 / 3.0
+    pos *= a
+    vel /= math.sqrt(a)
+    mass = np.full(n, 1.0 / n)
+    return _finish(pos, vel, mass, initial_conditions="hernquist", seed=seed,
+                   units=HENON_UNITS, scale_radius=a)
+
+
+def _hernquist_df(binding: np.ndarray) -> np.ndarray:
+    """Hernquist's isotropic distribution function (G = M = a = 1) of the binding energy
+    ``-E`` in (0, 1), up to its constant factor."""
+    q = np.sqrt(np.clip(binding, 0.0, 1.0 - 1e-12))
+    q2 = q * q
+    return (3.0 * np.arcsin(q) + q * np.sqrt(1.0 - q2) * (1.0 - 2.0 * q2)
+            * (8.0 * q2 * q2 - 8.0 * q2 - 3.0)) / (1.0 - q2) ** 2.5
 
 
 def plummer_clumps(n: int, seed: int = 0, *, clumps: int = 20, box_size: float = 1.0,
@@ -438,6 +497,7 @@ def exponential_disk(
 
 GENERATORS = {
     "plummer": plummer,
+    "hernquist": hernquist,
     "uniform": uniform_cube,
     "kepler": kepler,
     "cold-collapse": cold_collapse,

@@ -27,9 +27,11 @@ from __future__ import annotations
 import numpy as np
 
 from .bodies import Tile, wrap
+from .timebins import Bins, active_mask, next_bins, wanted_bins
 
 __all__ = ["open_step", "close_step", "canonical", "peculiar", "check_finite",
-           "NonFiniteStateError", "INTEGRATOR"]
+           "NonFiniteStateError", "INTEGRATOR", "open_block", "drifted",
+           "close_block"]
 
 INTEGRATOR = "leapfrog-kdk"
 
@@ -89,6 +91,75 @@ def peculiar(tile: Tile, scale: float) -> Tile:
     ftype = tile.position.dtype.type
     potential = None if tile.potential is None else tile.potential / ftype(scale)
     return tile.evolve(velocity=tile.velocity / ftype(scale), potential=potential)
+
+
+# -- individual time steps (nbody_dask.timebins) ----------------------------------------------
+
+def open_block(tile: Tile, bins: Bins) -> Tile:
+    """The opening half-kick of every body at a block's start (each by half its bin's step);
+    positions stay, to be drifted by :func:`drifted` when needed."""
+    ftype = tile.position.dtype.type
+    with np.errstate(over="ignore", invalid="ignore"):
+        velocity = tile.velocity + tile.acceleration * bins.half_steps(tile.time_bin, ftype)
+    return tile.evolve(velocity=velocity, potential=None)
+
+
+def drifted(tile: Tile, drift: float) -> np.ndarray:
+    """The tile's positions drifted by the factor ``drift`` (the tile itself for 0): between
+    two of its kicks a body moves in a straight line, so a tile's positions at any tick are
+    these of its last kick's tick, the same bits wherever computed."""
+    if drift == 0:
+        return tile.position
+    with np.errstate(over="ignore", invalid="ignore"):
+        return tile.position + tile.velocity * tile.position.dtype.type(drift)
+
+
+def close_block(tile: Tile, forces: np.ndarray, G: float, tick: int, bins: Bins,
+                initial: bool) -> Tile:
+    """The end of the active bodies' steps at ``tick`` of a block (``bins.ticks``: its end):
+    attach their forces, the closing half-kick, their new bins, and unless the block ends
+    there the opening half-kick of their next step.
+
+    Parameters
+    ----------
+    tile : Tile
+        The tile drifted to ``tick``.
+    forces : ndarray, shape (3 or 4, active)
+        Summed partial forces (G = 1) on the active bodies, in tile order (the potential in
+        row 3 when every body is active).
+    G : float
+        Gravitational constant.
+    tick : int
+        The tick, ``1 .. bins.ticks`` (the block's end: every body is active).
+    bins : Bins
+        The run's bins.
+    initial : bool
+        The first evaluation of a run or a resume: every body is active, no kick, bins as
+        the criterion asks.
+    """
+    ftype = tile.position.dtype.type
+    n = tile.size
+    every = initial or tick == bins.ticks
+    active = np.ones(n, dtype=bool) if every else active_mask(tile.time_bin, tick, bins.bins)
+    with np.errstate(over="ignore", invalid="ignore"):
+        acc = forces[:3] * ftype(G)
+        potential = forces[3] * ftype(G) if forces.shape[0] == 4 else None
+        wanted = wanted_bins(acc, bins.softening, bins.eta, bins.dt, bins.bins)
+        if initial:
+            return tile.evolve(acceleration=acc, potential=potential, time_bin=wanted)
+        old = tile.time_bin[active]
+        velocity = tile.velocity[:, active] + acc * bins.half_steps(old, ftype)
+        new = next_bins(old, wanted, tick % bins.ticks, bins.bins)
+        if not every:
+            velocity = velocity + acc * bins.half_steps(new, ftype)
+    if every:
+        return tile.evolve(velocity=velocity, acceleration=acc, potential=potential,
+                           time_bin=new)
+    full_velocity, full_acc, time_bin = (tile.velocity.copy(), tile.acceleration.copy(),
+                                         tile.time_bin.copy())
+    full_velocity[:, active], full_acc[:, active], time_bin[active] = velocity, acc, new
+    return tile.evolve(velocity=full_velocity, acceleration=full_acc, potential=None,
+                       time_bin=time_bin)
 
 
 class NonFiniteStateError(FloatingPointError):

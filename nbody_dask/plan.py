@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from . import config, methods
 from ._validate import check_int, check_real
 from .cosmology import Background
+from .timebins import TIMESTEPS, Bins
 
 if TYPE_CHECKING:
     from .methods import ForceMethod
@@ -315,7 +316,10 @@ def submission_ends(snapshot_steps: list[int], max_steps: int) -> Iterator[int]:
 #: Plan fields that default to the configuration's ``nbody.<field-with-dashes>``.
 _CONFIGURED = ("dtype", "tile_size", "split_every", "layout", "theta", "leaf_size",
                "retile_every", "near_far_tiles", "mesh_size", "mesh_slabs", "split",
-               "cutoff")
+               "cutoff", "timestep", "eta", "time_bins")
+
+#: The most time bins (the shortest step is ``dt / 2**(time_bins - 1)``).
+MAX_TIME_BINS = 30
 
 
 @dataclass(frozen=True)
@@ -391,6 +395,16 @@ class Plan:
         A comoving run's snapshot scale factors (from ``a_start`` to ``a_end``) and the steps
         they fall on: steps are uniform in ``ln a`` between consecutive ones (by default
         just the two ends). Snapshots are written at these steps too.
+    timestep : {"global", "individual"}
+        One step ``dt`` for every body, or individual power-of-two steps ``dt / 2**k``
+        (:mod:`nbody_dask.timebins`): a plan step is then a *block* of ``dt`` in which each
+        body takes the steps its bin asks for, every body synchronised at the block's end.
+    eta : float
+        Individual time steps: the criterion's accuracy parameter, ``dt_i <= eta
+        sqrt(softening / |a_i|)``.
+    time_bins : int
+        Individual time steps: the number of bins (the shortest step is ``dt /
+        2**(time_bins - 1)``).
     """
 
     n: int
@@ -421,10 +435,14 @@ class Plan:
     a_end: float | None = None
     a_outputs: tuple[float, ...] | None = None
     output_steps: tuple[int, ...] | None = None
+    timestep: str | None = None
+    eta: float | None = None
+    time_bins: int | None = None
 
     def __post_init__(self) -> None:
         self._check_numbers()
         self._check_comoving()
+        self._check_timestep()
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if not isinstance(self.symmetric, bool):
@@ -457,7 +475,7 @@ class Plan:
         for name, minimum in (("n", 0), ("steps", 0), ("split_every", 2), ("leaf_size", 1),
                               ("retile_every", 1), ("force_error_sample", 0),
                               ("near_far_tiles", 1), ("snapshot_every", 1), ("tile_size", 1),
-                              ("mesh_size", 2), ("mesh_slabs", 1)):
+                              ("mesh_size", 2), ("mesh_slabs", 1), ("time_bins", 1)):
             value = getattr(self, name)
             if value is None and name in ("snapshot_every", "tile_size", "mesh_size",
                                           "mesh_slabs"):
@@ -468,7 +486,8 @@ class Plan:
                 raise ValueError(f"{name} must be < 2**63, got {value!r}")
             keep(name, value)
         for name, positive in (("dt", True), ("softening", False), ("G", True),
-                               ("theta", True), ("split", True), ("cutoff", True)):
+                               ("theta", True), ("split", True), ("cutoff", True),
+                               ("eta", True)):
             keep(name, check_real(name, getattr(self, name), positive=positive,
                                   nonnegative=not positive))
         if self.theta > 1:
@@ -517,6 +536,33 @@ class Plan:
         if not math.isclose(self.dt, expected, rel_tol=1e-12):
             raise ValueError(f"dt must be the largest step in ln a, {expected!r}, got "
                              f"{self.dt!r}")
+
+    def _check_timestep(self) -> None:
+        if self.timestep not in TIMESTEPS:
+            raise ValueError(f"timestep must be one of {TIMESTEPS}, got {self.timestep!r}")
+        if self.time_bins > MAX_TIME_BINS:
+            raise ValueError(f"time_bins must be <= {MAX_TIME_BINS}, got {self.time_bins!r}")
+        if self.timestep == "global":
+            return
+        for needed, met, name, value in (
+                ("method='direct'", self.method == "direct", "method", self.method),
+                ("an isolated system", not self.periodic, "box_size", self.box_size),
+                ("layout='pairs'", self.layout == "pairs", "layout", self.layout),
+                ("softening > 0, the criterion's length", self.softening > 0, "softening",
+                 self.softening)):
+            if not met:
+                raise ValueError(f"timestep='individual' needs {needed} for now, got "
+                                 f"{name}={value!r}")
+
+    @property
+    def individual(self) -> bool:
+        """Individual time steps (:attr:`timestep`): plan steps are blocks of bins."""
+        return self.timestep == "individual"
+
+    @property
+    def bins(self) -> Bins:
+        """The individual time steps' parameters."""
+        return Bins(self.dt, self.time_bins, self.eta, self.softening)
 
     @property
     def comoving(self) -> bool:
@@ -644,8 +690,9 @@ class Plan:
 
     @property
     def fused(self) -> bool:
-        """One tile: several steps run as one task (Dask's round trip would dominate)."""
-        return self.n_tiles == 1
+        """One tile: several steps run as one task (Dask's round trip would dominate); not
+        with individual time steps."""
+        return self.n_tiles == 1 and not self.individual
 
     def snapshot_steps(self) -> list[int]:
         """Steps at which a snapshot is written: 0, every ``snapshot_every``, the last, and a

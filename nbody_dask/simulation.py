@@ -61,6 +61,9 @@ def simulate(
     a_end: float | None = None,
     z_end: float | None = None,
     snapshot_redshifts: Any = None,
+    timestep: str | None = None,
+    eta: float | None = None,
+    time_bins: int | None = None,
     client: Client | None = None,
     overwrite: bool = False,
     resume: bool = False,
@@ -177,6 +180,21 @@ def simulate(
         A cosmological run also writes snapshots at these redshifts, exactly: its steps are
         uniform in ``ln a`` between them (``steps`` shared in proportion to the stretches'
         spans in ``ln a``, or each at most ``dt``).
+    timestep : {"global", "individual"}, optional
+        ``nbody.timestep`` ("global") by default: every body takes the step ``dt``.
+        ``"individual"``: hierarchical power-of-two steps, each body ``dt / 2**k`` with the
+        longest step of at most ``eta * sqrt(softening / |a|)``, on an integer timeline, so
+        that only the bodies whose steps end get forces (from all bodies) and kicks; ``dt``
+        is the longest step and every body is synchronised after each of the ``steps``
+        (snapshots and resumes happen there). The trajectory then has ``time_bin(time,
+        body)`` and ``force_evaluations(time)``. For now with the direct method in isolated
+        systems, and softening > 0. See :mod:`nbody_dask.timebins` and the user guide's
+        "Individual time steps".
+    eta : float, optional
+        The individual steps' accuracy parameter (``nbody.eta``, 0.2).
+    time_bins : int, optional
+        The number of individual step bins, the shortest step being ``dt / 2**(time_bins -
+        1)`` (``nbody.time-bins``, 8).
     client : distributed.Client, optional
         Cluster to run on. None starts a :func:`nbody_dask.clusters.local` cluster bound
         to 127.0.0.1 and closes it afterwards.
@@ -252,7 +270,8 @@ def simulate(
                         theta=theta, leaf_size=leaf_size, force_error_sample=force_error_sample,
                         box_size=box_size, mesh_size=mesh_size, mesh_slabs=mesh_slabs,
                         split=split, cutoff=cutoff, cosmology=cosmology, a_end=a_end,
-                        z_end=z_end, snapshot_redshifts=snapshot_redshifts)
+                        z_end=z_end, snapshot_redshifts=snapshot_redshifts,
+                        timestep=timestep, eta=eta, time_bins=time_bins)
     if resume:
         plan, path, done = resume_point(bodies, store, storage_options, overwrite, args)
         ds, t0 = None, 0.0
@@ -298,7 +317,8 @@ def _create_store(path: StoreLocation, bodies: xr.Dataset, plan: Plan, t0: float
                  times=plan.snapshot_times(t0), dtype=resolve_dtype(plan.dtype),
                  tile_size=plan.tile_size, attrs=store_attrs(plan, bodies), units=units,
                  force_errors=plan.force_error_sample > 0,
-                 guard=None if lease is None else lease.check, scale_factor=plan.comoving)
+                 guard=None if lease is None else lease.check, scale_factor=plan.comoving,
+                 time_bins=plan.individual)
 
 
 def _reporter(*listeners: Callable[[int, dict | None], None] | None

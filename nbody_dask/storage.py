@@ -59,6 +59,8 @@ _MARKER_GROUP = "nbody"
 _VECTORS = ("momentum", "angular_momentum")
 _SCALARS = ("kinetic_energy", "potential_energy", "total_energy")
 _ERRORS = "force_error"  # optional: (time, statistic), the sampled force errors
+_BINS = "time_bin"  # optional: (time, body), each body's bin with individual time steps
+_EVALUATIONS = "force_evaluations"  # optional: (time), with individual time steps
 TIME_UNITS = "N-body time units (G = 1 unless the G attribute says otherwise)"
 
 
@@ -181,6 +183,7 @@ def create_store(
     force_errors: bool = False,
     guard: Callable[[], None] | None = None,
     scale_factor: bool = False,
+    time_bins: bool = False,
 ) -> None:
     """Lay out an empty trajectory store for ``len(snapshot_steps)`` snapshots at ``times``.
 
@@ -189,7 +192,9 @@ def create_store(
 
     ``units`` maps variable names (and ``time``) to CF ``units`` attributes, for runs in
     physical units (:meth:`nbody_dask.units.UnitSystem.cf_units`). ``force_errors`` adds
-    ``force_error(time, statistic)`` for runs that record sampled force errors.
+    ``force_error(time, statistic)`` for runs that record sampled force errors;
+    ``time_bins`` adds ``time_bin(time, body)`` and ``force_evaluations(time)`` for runs with
+    individual time steps.
 
     Replaces whatever is at ``store`` (callers check with :func:`check_store_path` first)
     except the writer lease (:mod:`nbody_dask.lease`) of the run that calls it; ``guard``
@@ -214,6 +219,13 @@ def create_store(
                              np.full((n_snap, len(ERROR_STATISTICS)), np.nan),
                              {"long_name": "relative force error of sampled bodies "
                                            "against a float64 direct sum"})
+    if time_bins:
+        optional[_BINS] = (("time", "body"), da.full((n_snap, n), -1, dtype=np.int8,
+                                                     chunks=state_chunks[:2]),
+                           {"long_name": "time bin: step dt / 2**time_bin"})
+        optional[_EVALUATIONS] = ("time", np.full(n_snap, np.nan),
+                                  {"long_name": "body force evaluations since the previous "
+                                                "snapshot"})
 
     ds = xr.Dataset(
         {
@@ -250,6 +262,9 @@ def create_store(
     encoding.update({name: {"chunks": (diag_chunk, 3)} for name in _VECTORS})
     if force_errors:
         encoding[_ERRORS] = {"chunks": (diag_chunk, len(ERROR_STATISTICS))}
+    if time_bins:
+        encoding[_BINS] = {"chunks": state_chunks[:2]}
+        encoding[_EVALUATIONS] = {"chunks": (diag_chunk,)}
     for name in [*ds.data_vars, "time", "step", "body"]:  # a CRC-32C on every chunk
         encoding.setdefault(name, {})["compressors"] = (ZstdCodec(), Crc32cCodec())
     with warnings.catch_warnings():
@@ -308,6 +323,9 @@ def write_tile(store: Store, index: int, tile: Tile, run: str = "", writer: str 
     region = (index, slice(lo, hi), slice(None))
     _write_region(_open_array(store, "position", run), region, tile.position.T, store.deadline)
     _write_region(_open_array(store, "velocity", run), region, tile.velocity.T, store.deadline)
+    if tile.time_bin is not None:
+        _write_region(_open_array(store, _BINS, run), region[:2], tile.time_bin,
+                      store.deadline)
     return tile.size
 
 
@@ -389,7 +407,8 @@ class SnapshotCommitter:
 
 def _diagnostics(root: zarr.Group) -> tuple[str, ...]:
     """The names of a store's per-snapshot diagnostics (written by the driver)."""
-    return _SCALARS + _VECTORS + ((_ERRORS,) if _ERRORS in root else ())
+    return _SCALARS + _VECTORS + tuple(name for name in (_ERRORS, _EVALUATIONS)
+                                       if name in root)
 
 
 def _open_root(store: StoreLocation) -> zarr.Group:
@@ -478,7 +497,7 @@ def open_trajectory(store: Store, storage_options: Mapping[str, Any] | None = No
                          f"but {ds.sizes['time']} laid out")
     ds = ds.isel(time=slice(0, committed))
     for name in ("position", "velocity", "mass", *_SCALARS, *_VECTORS,
-                 *([_ERRORS] if _ERRORS in ds else [])):
+                 *[name for name in (_ERRORS, _BINS, _EVALUATIONS) if name in ds]):
         reader = _CheckedReader(location, name, committed if name != "mass" else None)
         ds[name] = ds[name].copy(data=da.from_array(
             reader, chunks=ds[name].data.chunks, name=f"nbody-read-{name}-{tokenize(reader)}"))

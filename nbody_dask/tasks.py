@@ -19,13 +19,14 @@ import numpy as np
 from .backends import tile_kernels
 from .bodies import Tile
 from .diagnostics import tile_diagnostics
-from .integrators import check_finite, close_step, peculiar
+from .integrators import check_finite, close_block, close_step, drifted, open_block, peculiar
 from .kernels import cpu, ewald, pm, rows, shortrange
 from .kernels import tree as trees
 from .location import StoreLocation
 from .plan import reduction_groups
 from .spatial import periodic_neighbours
 from .storage import write_tile
+from .timebins import Bins, active_mask, bin_counts
 
 __all__ = ["Forces", "Closing", "Walk", "PairForces", "pair_forces", "symmetric_pair_forces",
            "self_forces", "gather_sources", "row_forces", "tile_tree", "tree_pair_forces",
@@ -35,7 +36,9 @@ __all__ = ["Forces", "Closing", "Walk", "PairForces", "pair_forces", "symmetric_
            "append", "Periodic", "ShortTree", "ewald_pair_forces", "ewald_factors",
            "ewald_long_forces", "short_tree", "short_pair_forces",
            "mesh_deposit", "mesh_solve", "mesh_forces", "periodic_layout",
-           "mesh_slab", "mesh_mass", "mesh_forces_from_slabs", "close_short_row"]
+           "mesh_slab", "mesh_mass", "mesh_forces_from_slabs", "close_short_row",
+           "Tick", "open_tile_block", "drift_tile", "active_pair_forces", "close_active",
+           "tile_bin_counts"]
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,67 @@ def row_forces(target: int, own: Tile, blocks: Sequence[tuple], forces: Forces,
     out = rows.row_forces(*own.position, *position, mass, starts,
                           forces.eps2(own.position.dtype), forces.with_potential, target)
     return list(out)
+
+
+# -- individual time steps (nbody_dask.timebins, nbody_dask.blocksteps) -----------------------
+
+@dataclass(frozen=True)
+class Tick:
+    """One tick of a block of individual time steps: its number (``bins.ticks``: the
+    block's end), the run's :class:`~nbody_dask.timebins.Bins`, whether it is the
+    first evaluation of a run or resume (every body active, no kick) and the step (block)
+    it belongs to, for error messages."""
+
+    tick: int
+    bins: Bins
+    initial: bool
+    step: int
+
+    def active(self, tile: Tile) -> np.ndarray | None:
+        """The tile's bodies active at this tick (None: all of them)."""
+        if self.initial or self.tick == self.bins.ticks:
+            return None
+        mask = active_mask(tile.time_bin, self.tick, self.bins.bins)
+        return None if mask.all() else mask
+
+
+def open_tile_block(tile: Tile, bins: Bins) -> Tile:
+    """A block's opening half-kicks of a tile's bodies."""
+    return open_block(tile, bins)
+
+
+def drift_tile(tile: Tile, drift: float) -> Tile:
+    """The tile drifted by the factor ``drift``."""
+    return tile.evolve(position=drifted(tile, drift))
+
+
+def active_pair_forces(target: Tile, source: Tile, source_drift: float, tick: Tick,
+                       forces: Forces, backend: str = "cpu") -> np.ndarray:
+    """Partial forces on the bodies of ``target`` (drifted to the tick) active at ``tick``,
+    in tile order, due to ``source`` drifted by ``source_drift``; one kernel call. With
+    every body active it is :func:`pair_forces` exactly."""
+    active = tick.active(target)
+    position = target.position if active is None else np.ascontiguousarray(
+        target.position[:, active])
+    if forces.with_potential and active is not None:
+        raise ValueError("potentials are computed where every body is active")
+    kernels = tile_kernels(backend)
+    return kernels.tile_pair_forces(position, drifted(source, source_drift), source.mass,
+                                    forces.eps2(position.dtype), forces.with_potential,
+                                    active is None and target.start == source.start)
+
+
+def close_active(closing: Closing, tick: Tick, tile: Tile, sides: Sequence[int | None],
+                 *parts: Any) -> Tile:
+    """Sum the last partials of a tile's active bodies, kick them, give them their new
+    bins (:func:`~nbody_dask.integrators.close_block`), and check the state is finite."""
+    return check_finite(close_block(tile, sum_sides(sides, *parts), closing.G, tick.tick,
+                                    tick.bins, tick.initial), closing.step)
+
+
+def tile_bin_counts(bins: int, *tiles: Tile) -> list[tuple[int, ...]]:
+    """How many bodies each bin holds, per tile (what the graph builder plans from)."""
+    return [bin_counts(tile.time_bin, bins) for tile in tiles]
 
 
 # -- the tree ----------------------------------------------------------------------------------

@@ -29,6 +29,8 @@ MODULES = {
     "nbody_dask.kernels.shortrange": None,
     "nbody_dask.meshfft": None,
     "nbody_dask.plan": None,
+    "nbody_dask.timebins": None,
+    "nbody_dask.blocksteps": None,
     "nbody_dask.methods": None,
     "nbody_dask.methods.tree": None,
     "nbody_dask.methods.direct": None,

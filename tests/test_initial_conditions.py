@@ -31,7 +31,26 @@ def test_plummer_in_henon_units():
                                              rel=0.05)
 
 
+def test_hernquist_in_henon_units():
+    """Truncated at 99% of the mass, so: E a little above -1/4 (the missing outer 1% is
+    bound by ~1/200 of the potential depth), virial, the truncated sphere's half-mass
+    radius, and the cusp: M(r) ~ (r / a)^2 at small r."""
+    ds = nbody_dask.hernquist(4096, seed=1)
+    kinetic, potential = _energies(ds)
+    assert virial_ratio(kinetic, potential) == pytest.approx(1.0, abs=0.06)
+    assert kinetic + potential == pytest.approx(-0.25, abs=0.02)
+    r = np.sort(np.linalg.norm(ds.position.values, axis=1))
+    a = 1 / 3
+    root = np.sqrt(0.99 * 0.5)  # the median of the radii drawn from the inner 99%
+    assert r[len(r) // 2] == pytest.approx(a * root / (1 - root), rel=0.05)
+    # the cusp, about the densest point (the centre of mass moves with the far bodies)
+    centre = np.median(ds.position.values, axis=0)
+    inner = np.count_nonzero(np.linalg.norm(ds.position.values - centre, axis=1) < 0.1 * a)
+    assert inner / len(r) == pytest.approx((0.1 / 1.1) ** 2, rel=0.3)
+
+
 @pytest.mark.parametrize("make", [lambda: nbody_dask.plummer(500, seed=2),
+                                  lambda: nbody_dask.hernquist(500, seed=2),
                                   lambda: nbody_dask.uniform_cube(500, seed=2),
                                   lambda: nbody_dask.kepler(0.7, masses=(0.8, 0.2))])
 def test_centre_of_mass_at_rest_at_origin(make):

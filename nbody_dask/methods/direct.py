@@ -51,7 +51,8 @@ class Direct(ForceMethod):
             backend = "cpu"
         settled = super().settle(plan, threads, workers, backend)
         return replace(settled, symmetric=(plan.symmetric and backend == "cpu"
-                                           and plan.layout == "pairs" and not plan.periodic))
+                                           and plan.layout == "pairs" and not plan.periodic
+                                           and not plan.individual))
 
     def tasks_per_step(self, plan: Plan) -> int:
         t = plan.n_tiles

@@ -1,0 +1,136 @@
+"""Individual time steps: hierarchical power-of-two bins on an integer timeline.
+
+A run with ``timestep="individual"`` keeps the plan's ``dt`` as the longest step: one plan
+step (a *block*) is cut into ``2**(bins - 1)`` ticks, and a body in bin ``k`` (0 the longest)
+takes steps of ``dt / 2**k``, that is ``2**(bins - 1 - k)`` ticks. Every step of every bin
+starts and ends on a tick, and all bins end together at the end of each block: snapshots,
+resumes and the driver's submissions happen there, where every body is synchronised.
+
+The bin a body wants is the longest whose step is at most ``eta * sqrt(eps / |a|)``
+(:func:`wanted_bins`, the criterion of GADGET-2 and SWIFT with the Plummer softening
+``eps`` as the length). A body whose step ends at a tick (an *active* body) gets its new
+force there and may change bin: to a shorter one at once, to a longer one only as far as
+that bin's steps are synchronised with the tick (:func:`next_bins`), so that every step
+still ends on its bin's grid and at the block's end.
+
+This module is arithmetic: the per-body functions take NumPy arrays (the workers call them
+through :mod:`nbody_dask.tasks`), the per-tile ones plain integers (the graph builder,
+:mod:`nbody_dask.blocksteps`, plans each tick from the bin counts of the tiles).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Bins", "TIMESTEPS", "ticks_per_block", "bin_ticks", "active_mask", "wanted_bins",
+           "next_bins", "bin_counts", "tile_active", "active_bodies", "next_tick",
+           "BIN_DTYPE"]
+
+#: The time-step schemes: one step for every body, or hierarchical bins.
+TIMESTEPS = ("global", "individual")
+
+#: The dtype of a body's bin in tiles and in the store.
+BIN_DTYPE = np.int8
+
+
+def ticks_per_block(bins: int) -> int:
+    """Ticks of one block (one plan step ``dt``) with ``bins`` bins: the shortest step's
+    count, ``2**(bins - 1)``."""
+    return 1 << (bins - 1)
+
+
+def bin_ticks(k: int | np.ndarray, bins: int) -> int | np.ndarray:
+    """The step of bin ``k`` in ticks: ``2**(bins - 1 - k)``."""
+    return np.left_shift(1, bins - 1 - np.asarray(k, dtype=np.int64)) if isinstance(
+        k, np.ndarray) else 1 << (bins - 1 - int(k))
+
+
+def active_mask(time_bin: np.ndarray, tick: int, bins: int) -> np.ndarray:
+    """Which bodies' steps end (and the next begin) at ``tick`` of a block."""
+    return tick % bin_ticks(time_bin.astype(np.int64), bins) == 0
+
+
+def wanted_bins(acceleration: np.ndarray, softening: float, eta: float, dt: float,
+                bins: int) -> np.ndarray:
+    """The bin each body's criterion asks for: the longest step ``dt / 2**k`` of at most
+    ``eta * sqrt(softening / |a|)`` (bin 0 for ``a = 0``, the last bin at most).
+
+    Computed in float64 from the tile's accelerations ``(3, n)``, so the bins do not depend
+    on anything but those values.
+    """
+    a = np.sqrt(np.sum(np.asarray(acceleration, dtype=np.float64) ** 2, axis=0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        wanted = eta * np.sqrt(softening / a)  # inf where a == 0
+        halvings = np.ceil(np.log2(dt / wanted))  # -inf where a == 0, nan where not finite
+    halvings = np.where(np.isnan(halvings), bins - 1, halvings)
+    return np.clip(halvings, 0, bins - 1).astype(BIN_DTYPE)
+
+
+def next_bins(old: np.ndarray, wanted: np.ndarray, tick: int, bins: int) -> np.ndarray:
+    """The bins of bodies active at ``tick`` from their old and wanted bins: a shorter bin at
+    once; a longer one only as long as ``tick`` is on that bin's grid (at the block's start
+    and end, tick 0, every bin is)."""
+    old = old.astype(np.int64)
+    wanted = wanted.astype(np.int64)
+    # the longest bin whose grid holds this tick: k with 2**(bins-1-k) dividing tick
+    if tick == 0:
+        synchronised = 0
+    else:
+        trailing = (tick & -tick).bit_length() - 1  # 2**trailing is tick's largest power
+        synchronised = max(0, bins - 1 - trailing)
+    return np.where(wanted >= old, wanted, np.maximum(wanted, synchronised)
+                    ).astype(BIN_DTYPE)
+
+
+def bin_counts(time_bin: np.ndarray, bins: int) -> tuple[int, ...]:
+    """How many bodies each bin holds (a tile's, for the graph builder)."""
+    return tuple(int(c) for c in np.bincount(time_bin.astype(np.int64), minlength=bins))
+
+
+def tile_active(counts: tuple[int, ...], tick: int) -> bool:
+    """Whether a tile whose bins hold ``counts`` bodies has an active body at ``tick``."""
+    bins = len(counts)
+    return any(c and tick % bin_ticks(k, bins) == 0 for k, c in enumerate(counts))
+
+
+def active_bodies(counts: tuple[int, ...], tick: int) -> int:
+    """How many of a tile's bodies (bins holding ``counts``) are active at ``tick``."""
+    bins = len(counts)
+    return sum(c for k, c in enumerate(counts) if tick % bin_ticks(k, bins) == 0)
+
+
+def next_tick(counts: list[tuple[int, ...]], tick: int) -> int:
+    """The first tick after ``tick`` at which any tile (bins holding ``counts[i]``) has an
+    active body; the block's end at the latest."""
+    bins = len(counts[0]) if counts else 1
+    deepest = max((max((k for k, c in enumerate(cs) if c), default=0) for cs in counts),
+                  default=0)
+    step = bin_ticks(deepest, bins)
+    return min((tick // step + 1) * step, ticks_per_block(bins))
+
+
+@dataclass(frozen=True)
+class Bins:
+    """A run's individual time steps: the longest step ``dt`` (a block), the number of bins,
+    the criterion's ``eta`` and the softening it uses (:mod:`nbody_dask.timebins`)."""
+
+    dt: float
+    bins: int
+    eta: float
+    softening: float
+
+    @property
+    def ticks(self) -> int:
+        """Ticks of one block."""
+        return ticks_per_block(self.bins)
+
+    def half_steps(self, time_bin: np.ndarray, ftype: type) -> np.ndarray:
+        """Half of each body's step, ``dt / 2**(k + 1)``, in ``ftype`` (exact: powers of
+        two)."""
+        return (0.5 * self.dt / np.exp2(time_bin.astype(np.float64))).astype(ftype)
+
+    def drift(self, ticks: int) -> float:
+        """The drift factor over ``ticks`` ticks."""
+        return ticks * (self.dt / self.ticks)

@@ -1,0 +1,194 @@
+"""Individual time steps: the bins' arithmetic, the graph of a tick, and the runs."""
+
+from __future__ import annotations
+
+import dask
+import numpy as np
+import pytest
+
+import nbody_dask
+from nbody_dask import timebins
+from nbody_dask.blocksteps import tick_graph
+from nbody_dask.plan import Plan
+
+# -- the arithmetic ----------------------------------------------------------------------------
+
+
+def test_bins_on_the_integer_timeline():
+    assert timebins.ticks_per_block(1) == 1 and timebins.ticks_per_block(8) == 128
+    assert [timebins.bin_ticks(k, 4) for k in range(4)] == [8, 4, 2, 1]
+    time_bin = np.array([0, 1, 2, 3], dtype=np.int8)
+    assert timebins.active_mask(time_bin, 2, 4).tolist() == [False, False, True, True]
+    assert timebins.active_mask(time_bin, 8, 4).all()
+    assert timebins.active_mask(time_bin, 3, 4).tolist() == [False, False, False, True]
+
+
+def test_the_criterion_picks_the_longest_step_within_it():
+    dt, eps, eta, bins = 1.0, 0.01, 0.5, 6
+    # |a| for which eta sqrt(eps / |a|) is exactly dt / 2**k, and a little more
+    exact = [eps * (eta / (dt / 2**k)) ** 2 for k in range(bins)]
+    acc = np.zeros((3, 2 * bins + 2))
+    acc[0, :bins] = exact
+    acc[1, bins:2 * bins] = np.array(exact) * 1.01
+    acc[2, -2] = 1e30  # beyond the shortest step: the last bin
+    got = timebins.wanted_bins(acc, eps, eta, dt, bins)
+    assert got.dtype == timebins.BIN_DTYPE
+    assert got[:bins].tolist() == list(range(bins))
+    assert got[bins:2 * bins].tolist() == [1, 2, 3, 4, 5, 5]
+    assert got[-2] == bins - 1 and got[-1] == 0  # no force: the longest step
+
+
+def test_a_longer_bin_waits_for_its_grid_a_shorter_one_does_not():
+    old = np.array([3, 3, 3, 1], dtype=np.int8)
+    wanted = np.array([4, 0, 2, 3], dtype=np.int8)
+    # tick 2 of 8 (4 bins): bin 2 (steps of 2 ticks) is on its grid there, bin 1 (4) is not
+    assert timebins.next_bins(old, wanted, 2, 4).tolist() == [4, 2, 2, 3]
+    assert timebins.next_bins(old, wanted, 4, 4).tolist() == [4, 1, 2, 3]
+    assert timebins.next_bins(old, wanted, 0, 4).tolist() == [4, 0, 2, 3]
+    assert timebins.next_bins(old, wanted, 1, 4).tolist() == [4, 3, 3, 3]
+
+
+def test_the_next_tick_follows_the_deepest_bin_of_any_tile():
+    counts = [(5, 0, 0, 0), (1, 2, 0, 0)]
+    assert timebins.next_tick(counts, 0) == 4 and timebins.next_tick(counts, 4) == 8
+    assert timebins.next_tick([(0, 0, 0, 1), (3, 0, 0, 0)], 5) == 6
+    assert timebins.next_tick([(3, 0, 0, 0)], 0) == 8
+    assert timebins.tile_active((1, 2, 0, 0), 4) and not timebins.tile_active((1, 0, 0, 0), 4)
+    assert timebins.active_bodies((1, 2, 7, 0), 4) == 2 + 7
+    assert timebins.active_bodies((1, 2, 7, 0), 8) == 10
+
+
+# -- the plan and the graph --------------------------------------------------------------------
+
+
+def _plan(**kw):
+    args = dict(n=800, steps=2, dt=0.1, softening=0.01, timestep="individual", time_bins=4,
+                tile_size=100, split_every=3)
+    return Plan(**{**args, **kw})
+
+
+@pytest.mark.parametrize("active", [1, 2, 5, 8])
+def test_a_ticks_tasks_are_proportional_to_its_active_tiles(active):
+    """8 tiles: ``active`` of them hold a body of the shortest bin, the rest bin 0; at tick
+    1 only those get tasks: a drift, a pair task per source tile, the reduction's combine
+    tasks (8 sources, fan-in 3: 3 + 1) and the closing kick; one task fetches the counts."""
+    plan = _plan()
+    counts = [(99, 0, 0, 1) if i < active else (100, 0, 0, 0) for i in range(8)]
+    dsk, tiles, tiles_active, _ = tick_graph(plan, "tok", 1, 1, [f"t{i}" for i in range(8)],
+                                             [0] * 8, counts)
+    combines = sum(len(level) for level in plan.groups())
+    assert tiles_active == list(range(active))
+    assert len(dsk) == active * (1 + 8 + combines + 1) + 1
+    assert tiles[active:] == [f"t{i}" for i in range(active, 8)]  # the others untouched
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("timestep", "adaptive", "timestep must be one of"),
+    ("eta", 0, "eta must be > 0"),
+    ("time_bins", 0, "time_bins must be >= 1"),
+    ("time_bins", 31, "time_bins must be <= 30"),
+    ("method", "tree", "needs method='direct' for now, got method='tree'"),
+    ("box_size", 10.0, "needs an isolated system for now, got box_size=10.0"),
+    ("layout", "rows", "needs layout='pairs' for now, got layout='rows'"),
+    ("softening", 0.0, "needs softening > 0.* got softening=0.0"),
+])
+def test_bad_individual_parameters_are_named(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        _plan(**{field: value})
+
+
+def test_simulate_refuses_bad_parameters_before_any_work(no_cluster):
+    ds = nbody_dask.plummer(8)
+    with pytest.raises(ValueError, match="timestep must be one of"):
+        nbody_dask.simulate(ds, steps=1, dt=0.1, softening=0.1, timestep="bins")
+    with pytest.raises(ValueError, match="eta must be > 0, got -1"):
+        nbody_dask.simulate(ds, steps=1, dt=0.1, softening=0.1, timestep="individual", eta=-1)
+
+
+# -- runs --------------------------------------------------------------------------------------
+
+_RUN = dict(dt=1 / 16, softening=0.02, progress=False)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("tile_size", [50, 200])
+def test_one_bin_is_the_global_leapfrog_bit_for_bit(client, dtype, tile_size):
+    """One bin: every body steps dt together, exactly as the global leapfrog of the direct
+    method without the symmetric kernel (4 tiles, and one tile in one task)."""
+    ds = nbody_dask.plummer(200, seed=3)
+    kw = dict(_RUN, steps=6, snapshot_every=3, dtype=dtype, tile_size=tile_size,
+              client=client)
+    with dask.config.set({"nbody.symmetric": False}):
+        whole = nbody_dask.simulate(ds, **kw)
+    blocks = nbody_dask.simulate(ds, timestep="individual", time_bins=1, **kw)
+    for name in ("position", "velocity", "total_energy", "momentum"):
+        np.testing.assert_array_equal(blocks[name].values, whole[name].values)
+    assert (blocks.time_bin.values == 0).all()
+    assert blocks.force_evaluations.values.tolist() == [0, 600, 600]
+
+
+def test_bins_and_work_are_stored(client, tmp_path):
+    ds = nbody_dask.hernquist(300, seed=2)
+    traj = nbody_dask.simulate(ds, steps=4, snapshot_every=2, timestep="individual",
+                               eta=0.1, time_bins=5, store=tmp_path / "bins.zarr",
+                               tile_size=100, client=client, **_RUN)
+    assert traj.time_bin.dims == ("time", "body") and traj.time_bin.dtype == np.int8
+    assert traj.attrs["timestep"] == "individual" and traj.attrs["time_bins"] == 5
+    bins = traj.time_bin.values
+    assert bins.min() >= 0 and bins.max() <= 4 and len(np.unique(bins[-1])) >= 3
+    work = traj.force_evaluations.values
+    assert work[0] == 0
+    assert 300 * 2 < work[1] < 300 * 2 * 16  # more than one step each, less than the finest
+
+
+def test_resume_is_bit_identical(client, tmp_path):
+    ds = nbody_dask.hernquist(300, seed=4)
+    kw = dict(_RUN, steps=6, snapshot_every=2, timestep="individual", eta=0.1, time_bins=5,
+              tile_size=100, client=client)
+    whole = nbody_dask.simulate(ds, **kw)
+    store = tmp_path / "part.zarr"
+
+    class Crash(Exception):
+        pass
+
+    def crash(step, record):
+        if step >= 2:
+            raise Crash
+
+    with pytest.raises(Crash):
+        nbody_dask.simulate(ds, store=store, callback=crash, **kw)
+    resumed = nbody_dask.simulate(store=store, resume=True, client=client, progress=False)
+    for name in ("position", "velocity", "time_bin", "force_evaluations", "total_energy"):
+        np.testing.assert_array_equal(resumed[name].values, whole[name].values)
+
+
+def _kepler_with_a_test_body():
+    """A light body on an e = 0.9 orbit (a = 1, period 2 pi) about a unit mass, and a light
+    test body on a wide circular orbit."""
+    e, r_apo = 0.9, 1.9
+    position = [[0, 0, 0], [r_apo, 0, 0], [0, 30.0, 0]]
+    velocity = [[0, 0, 0], [0, np.sqrt((1 - e) / r_apo), 0], [-np.sqrt(1 / 30.0), 0, 0]]
+    return nbody_dask.make_bodies(position, velocity, [1.0, 1e-6, 1e-6])
+
+
+def test_an_eccentric_orbit_keeps_its_energy_as_with_the_shortest_global_step(client):
+    """The e = 0.9 orbiter drops to short bins at pericentre and the test body stays in the
+    longest; the energy error is that of the global leapfrog at the shortest step used."""
+    ds = _kepler_with_a_test_body()
+    period, blocks = 2 * np.pi, 32
+    kw = dict(softening=1e-3, client=client, progress=False)
+    ind = nbody_dask.simulate(ds, steps=2 * blocks, dt=period / blocks, snapshot_every=1,
+                              timestep="individual", eta=1.0, time_bins=8, **kw)
+    shortest = int(ind.time_bin.values.max())
+    assert ind.time_bin.values[:, 2].max() == 0 and shortest >= 4
+    fine = nbody_dask.simulate(ds, steps=2 * blocks * 2**shortest,
+                               dt=period / blocks / 2**shortest,
+                               snapshot_every=2**shortest, **kw)
+
+    def worst(traj):
+        energy = traj.total_energy.values
+        return np.abs(energy / energy[0] - 1).max()
+
+    assert worst(ind) <= worst(fine) * 1.5, (worst(ind), worst(fine))
+    evaluations = ind.force_evaluations.values.sum()
+    assert evaluations < 0.5 * 3 * (fine.sizes["time"] - 1) * 2**shortest
