@@ -59,6 +59,7 @@ class RunArguments:
     z_end: float | None = None
     snapshot_redshifts: Any = None
     timestep: str | None = None
+    step_criterion: str | None = None
     eta: float | None = None
     time_bins: int | None = None
 
@@ -91,7 +92,8 @@ class RunArguments:
                 box_size=box_size, mesh_size=self.mesh_size, mesh_slabs=self.mesh_slabs,
                 split=self.split,
                 cutoff=self.cutoff,
-                timestep=self.timestep, eta=self.eta, time_bins=self.time_bins,
+                timestep=self.timestep, step_criterion=self.step_criterion, eta=self.eta,
+                time_bins=self.time_bins,
             )
         except ValueError as exc:
             if asked == method:

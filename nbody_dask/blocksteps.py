@@ -46,7 +46,8 @@ Counts = list[tuple[int, ...]]
 
 def tick_graph(plan: Plan, token: str, step: int, tick: int, tiles: Sequence,
                last_tick: Sequence[int], counts: Counts, with_potential: bool = False,
-               initial: bool = False) -> tuple[Graph, list, list[int], str]:
+               initial: bool = False, threads: int | None = 1
+               ) -> tuple[Graph, list, list[int], str]:
     """The tasks of one tick of block ``step``: the active tiles' drifts, pair forces,
     reductions and closing kicks.
 
@@ -68,6 +69,9 @@ def tick_graph(plan: Plan, token: str, step: int, tick: int, tiles: Sequence,
         Potentials too (a snapshot step's last tick: every body active).
     initial : bool
         A run's or a resume's first evaluation: every body active, no kick.
+    threads : int or None
+        Kernel threads of a force task: 1 (the serial kernel) where tasks share a worker's
+        threads; None (every core) for a one-tile system's fused blocks.
 
     Returns
     -------
@@ -87,7 +91,7 @@ def tick_graph(plan: Plan, token: str, step: int, tick: int, tiles: Sequence,
     def name(stage: str, *index: int) -> str:
         return key(token, stage, step, tick, *index)
 
-    ticker = tasks.Tick(tick, bins, initial, step)
+    ticker = tasks.Tick(tick, bins, initial, step, threads)
     forces = tasks.Forces(plan.softening, with_potential)
     drifted = {}
     for i in active:
@@ -130,7 +134,7 @@ def initial_block_pieces(plan: Plan, token: str, tiles: Sequence, step: int = 0
     counts: Counts = [()] * len(tiles)
     dsk, out, _, counts_key = tick_graph(plan, token, step, 0, list(tiles),
                                          [0] * len(tiles), counts, with_potential=True,
-                                         initial=True)
+                                         initial=True, threads=_threads(plan))
     refs, counts = yield from submit(dsk, fetch=counts_key, tiles=out)
     return refs["tiles"], list(counts)
 
@@ -154,7 +158,8 @@ def block_pieces(plan: Plan, token: str, tiles: Sequence, counts: Counts, first:
             tick = next_tick(counts, tick)
             graph, tiles, active, counts_key = tick_graph(
                 plan, token, step, tick, tiles, last_tick, counts,
-                with_potential=tick == bins.ticks and step in potential_steps)
+                with_potential=tick == bins.ticks and step in potential_steps,
+                threads=_threads(plan))
             dsk.update(graph)
             evaluations += _evaluations(counts, active, tick)
             refs, new = yield from submit(dsk, fetch=counts_key, tiles=tiles)
@@ -162,6 +167,12 @@ def block_pieces(plan: Plan, token: str, tiles: Sequence, counts: Counts, first:
             for i, c in zip(active, new, strict=True):
                 counts[i], last_tick[i] = c, tick
     return tiles, counts, evaluations
+
+
+def _threads(plan: Plan) -> int | None:
+    """A force task's kernel threads: every core for one tile (its blocks run in one task),
+    else one (the tasks share the workers' threads)."""
+    return None if plan.n_tiles == 1 else 1
 
 
 def fused_blocks(tile: Any, counts: Counts, plan: Plan, token: str, first: int, last: int,

@@ -34,12 +34,12 @@ def main() -> None:
               is_eager=True, expose_value=False,
               help="TOML or YAML file of option values (command-line options win).")
 @click.option("--ic", default="plummer", show_default=True, metavar="KIND|FILE",
-              help="Initial conditions: plummer, uniform, kepler, cold-collapse, merger, disk, "
-                   "clumps (Plummer spheres in a unit box, with --box-size 1), "
+              help="Initial conditions: plummer, hernquist, uniform, kepler, cold-collapse, "
+                   "merger, disk, clumps (Plummer spheres in a unit box, with --box-size 1), "
                    "or a body file (.npz, .nc, .zarr, or a trajectory, also as a URL: its last "
                    "snapshot).")
 @click.option("-n", "--n", "n", type=int, default=8192, show_default=True,
-              help="Number of bodies (plummer, uniform).")
+              help="Number of bodies (plummer, hernquist, uniform, ...).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
 @click.option("--eccentricity", type=float, default=0.5, show_default=True,
               help="Orbital eccentricity (kepler).")
@@ -99,6 +99,21 @@ def main() -> None:
 @click.option("--snapshot-redshifts", default=None, metavar="Z,Z,...",
               help="A cosmological run's snapshots at these redshifts too, exactly "
                    "(e.g. 3,1,0.5).")
+@click.option("--timestep", type=click.Choice(["global", "individual"]), default=None,
+              help="One step --dt for every body, or individual power-of-two steps "
+                   "dt / 2**k per body, --dt the longest (direct method, isolated systems) "
+                   "[default: nbody.timestep, global].")
+@click.option("--step-criterion", type=click.Choice(["pairwise", "acceleration"]),
+              default=None,
+              help="Individual steps: eta times a smooth maximum of the free-fall times of a "
+                   "body's pairs, or eta sqrt(softening / |a|) "
+                   "[default: nbody.step-criterion, pairwise].")
+@click.option("--eta", type=float, default=None,
+              help="Individual steps' accuracy parameter [default: 0.02 pairwise, 0.22 "
+                   "acceleration].")
+@click.option("--time-bins", type=int, default=None,
+              help="Individual steps' bins: the shortest step is dt / 2**(bins - 1) "
+                   "[default: nbody.time-bins, 8].")
 @click.option("-G", "--G", "G", type=float, default=None,
               help="Gravitational constant [default: 1, Hénon units].")
 @click.option("--store", default="run.zarr", show_default=True, metavar="PATH|URL",
@@ -111,8 +126,8 @@ def main() -> None:
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, tile_size,
         split_every, backend, layout, method, theta, leaf_size, force_error_sample, box_size,
-        mesh_size, mesh_slabs, split, cutoff, cosmology, z_end, a_end, snapshot_redshifts, G,
-        store, storage_options,
+        mesh_size, mesh_slabs, split, cutoff, cosmology, z_end, a_end, snapshot_redshifts,
+        timestep, step_criterion, eta, time_bins, G, store, storage_options,
         overwrite, max_energy_error, cluster_kind, scheduler, scheduler_file, progress) -> None:
     """Run a simulation and write its trajectory to a Zarr store."""
     from .location import store_location
@@ -139,7 +154,8 @@ def run(ic, n, seed, eccentricity, steps, dt, softening, snapshot_every, dtype, 
                              cosmology=cosmology, z_end=z_end, a_end=a_end,
                              snapshot_redshifts=_numbers("--snapshot-redshifts",
                                                          snapshot_redshifts),
-                             overwrite=overwrite,
+                             timestep=timestep, step_criterion=step_criterion, eta=eta,
+                             time_bins=time_bins, overwrite=overwrite,
                              progress=progress,
                              max_energy_error=max_energy_error,
                              storage_options=storage_options)
@@ -184,7 +200,8 @@ def _simulate_and_report(cluster_kind: str, scheduler: str | None, scheduler_fil
         elif cluster_kind != "local":
             cluster = stack.enter_context(make(cluster_kind))
             client = stack.enter_context(Client(cluster))
-            if kwargs.get("layout") is None and not kwargs.get("resume"):
+            if kwargs.get("layout") is None and not kwargs.get("resume") \
+                    and kwargs.get("timestep") != "individual":  # individual steps: pairs
                 kwargs["layout"] = shaped_layout(cluster_kind)  # what the workers are made for
         try:
             traj = nbody_dask.simulate(bodies, store=store, client=client, **kwargs)
@@ -280,8 +297,9 @@ def accuracy(source, storage_options, snapshot, n, seed, method, theta, leaf_siz
 
 
 @main.command("ic")
-@click.argument("kind", type=click.Choice(["plummer", "uniform", "kepler", "cold-collapse",
-                                           "merger", "disk", "clumps", "cosmology"]))
+@click.argument("kind", type=click.Choice(["plummer", "hernquist", "uniform", "kepler",
+                                           "cold-collapse", "merger", "disk", "clumps",
+                                           "cosmology"]))
 @click.argument("output", type=click.Path())
 @click.option("-n", "--n", "n", type=int, default=8192, show_default=True,
               help="Number of bodies (not kepler, cosmology).")

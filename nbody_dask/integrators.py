@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from .bodies import Tile, wrap
-from .timebins import Bins, active_mask, next_bins, wanted_bins
+from .timebins import Bins, active_mask, next_bins
 
 __all__ = ["open_step", "close_step", "canonical", "peculiar", "check_finite",
            "NonFiniteStateError", "INTEGRATOR", "open_block", "drifted",
@@ -124,9 +124,10 @@ def close_block(tile: Tile, forces: np.ndarray, G: float, tick: int, bins: Bins,
     ----------
     tile : Tile
         The tile drifted to ``tick``.
-    forces : ndarray, shape (3 or 4, active)
-        Summed partial forces (G = 1) on the active bodies, in tile order (the potential in
-        row 3 when every body is active).
+    forces : ndarray, shape (3 to 5, active)
+        Summed partial forces (G = 1) on the active bodies, in tile order: accelerations, the
+        potential when every body is active and it was asked for, and last, with the
+        pairwise criterion, the pairs' rates (:meth:`~nbody_dask.timebins.Bins.wanted`).
     G : float
         Gravitational constant.
     tick : int
@@ -141,10 +142,11 @@ def close_block(tile: Tile, forces: np.ndarray, G: float, tick: int, bins: Bins,
     n = tile.size
     every = initial or tick == bins.ticks
     active = np.ones(n, dtype=bool) if every else active_mask(tile.time_bin, tick, bins.bins)
+    rate2 = forces[-1] if bins.pairwise else None
     with np.errstate(over="ignore", invalid="ignore"):
         acc = forces[:3] * ftype(G)
-        potential = forces[3] * ftype(G) if forces.shape[0] == 4 else None
-        wanted = wanted_bins(acc, bins.softening, bins.eta, bins.dt, bins.bins)
+        potential = forces[3] * ftype(G) if forces.shape[0] == 4 + bins.pairwise else None
+        wanted = bins.wanted(acc, rate2, G)
         if initial:
             return tile.evolve(acceleration=acc, potential=potential, time_bin=wanted)
         old = tile.time_bin[active]
@@ -166,24 +168,28 @@ class NonFiniteStateError(FloatingPointError):
     """The state became NaN or infinite: the run stops (snapshots committed before stay)."""
 
 
-def check_finite(tile: Tile, step: int) -> Tile:
+def check_finite(tile: Tile, step: int, bodies: np.ndarray | None = None) -> Tile:
     """Return ``tile`` if its positions, velocities and accelerations are finite, else raise.
 
     Runs on the workers after every closing kick: O(n) against the step's O(n^2) forces.
+    ``bodies`` (a mask): only those, the ones a kick just changed.
 
     Raises
     ------
     NonFiniteStateError
         Naming the step and the first body (by index) that is not finite.
     """
+    ids = tile.body_ids if bodies is None else tile.body_ids[bodies]
     for name in ("position", "velocity", "acceleration"):
         values = getattr(tile, name)
+        if bodies is not None:
+            values = values[:, bodies]
         finite = np.isfinite(values).all(axis=0)
         if not finite.all():
             where = int(np.argmin(finite))
             raise NonFiniteStateError(
                 f"the state is not finite after step {step}: {name} of body "
-                f"{int(tile.body_ids[where])} is {values[:, where].tolist()} (dt too large, "
+                f"{int(ids[where])} is {values[:, where].tolist()} (dt too large, "
                 f"bodies too close with too little softening, or values beyond "
                 f"{tile.position.dtype}'s range); the run stopped, snapshots committed "
                 f"before this step are intact")

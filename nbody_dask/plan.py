@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from . import config, methods
 from ._validate import check_int, check_real
 from .cosmology import Background
-from .timebins import TIMESTEPS, Bins
+from .timebins import CRITERIA, DEFAULT_ETA, TIMESTEPS, Bins
 
 if TYPE_CHECKING:
     from .methods import ForceMethod
@@ -316,7 +316,7 @@ def submission_ends(snapshot_steps: list[int], max_steps: int) -> Iterator[int]:
 #: Plan fields that default to the configuration's ``nbody.<field-with-dashes>``.
 _CONFIGURED = ("dtype", "tile_size", "split_every", "layout", "theta", "leaf_size",
                "retile_every", "near_far_tiles", "mesh_size", "mesh_slabs", "split",
-               "cutoff", "timestep", "eta", "time_bins")
+               "cutoff", "timestep", "step_criterion", "eta", "time_bins")
 
 #: The most time bins (the shortest step is ``dt / 2**(time_bins - 1)``).
 MAX_TIME_BINS = 30
@@ -399,9 +399,11 @@ class Plan:
         One step ``dt`` for every body, or individual power-of-two steps ``dt / 2**k``
         (:mod:`nbody_dask.timebins`): a plan step is then a *block* of ``dt`` in which each
         body takes the steps its bin asks for, every body synchronised at the block's end.
+    step_criterion : {"pairwise", "acceleration"}
+        Individual time steps: how a body's step is chosen (:mod:`nbody_dask.timebins`).
     eta : float
-        Individual time steps: the criterion's accuracy parameter, ``dt_i <= eta
-        sqrt(softening / |a_i|)``.
+        Individual time steps: the criterion's accuracy parameter (None: the criterion's
+        default, :data:`~nbody_dask.timebins.DEFAULT_ETA`).
     time_bins : int
         Individual time steps: the number of bins (the shortest step is ``dt /
         2**(time_bins - 1)``).
@@ -436,6 +438,7 @@ class Plan:
     a_outputs: tuple[float, ...] | None = None
     output_steps: tuple[int, ...] | None = None
     timestep: str | None = None
+    step_criterion: str | None = None
     eta: float | None = None
     time_bins: int | None = None
 
@@ -486,8 +489,7 @@ class Plan:
                 raise ValueError(f"{name} must be < 2**63, got {value!r}")
             keep(name, value)
         for name, positive in (("dt", True), ("softening", False), ("G", True),
-                               ("theta", True), ("split", True), ("cutoff", True),
-                               ("eta", True)):
+                               ("theta", True), ("split", True), ("cutoff", True)):
             keep(name, check_real(name, getattr(self, name), positive=positive,
                                   nonnegative=not positive))
         if self.theta > 1:
@@ -540,6 +542,11 @@ class Plan:
     def _check_timestep(self) -> None:
         if self.timestep not in TIMESTEPS:
             raise ValueError(f"timestep must be one of {TIMESTEPS}, got {self.timestep!r}")
+        if self.step_criterion not in CRITERIA:
+            raise ValueError(f"step_criterion must be one of {CRITERIA}, got "
+                             f"{self.step_criterion!r}")
+        eta = DEFAULT_ETA[self.step_criterion] if self.eta is None else self.eta
+        object.__setattr__(self, "eta", check_real("eta", eta, positive=True))
         if self.time_bins > MAX_TIME_BINS:
             raise ValueError(f"time_bins must be <= {MAX_TIME_BINS}, got {self.time_bins!r}")
         if self.timestep == "global":
@@ -548,7 +555,9 @@ class Plan:
                 ("method='direct'", self.method == "direct", "method", self.method),
                 ("an isolated system", not self.periodic, "box_size", self.box_size),
                 ("layout='pairs'", self.layout == "pairs", "layout", self.layout),
-                ("softening > 0, the criterion's length", self.softening > 0, "softening",
+                ("the CPU kernels", self.backend != "cuda", "backend", self.backend),
+                ("softening > 0 with step_criterion='acceleration'",
+                 self.softening > 0 or self.step_criterion != "acceleration", "softening",
                  self.softening)):
             if not met:
                 raise ValueError(f"timestep='individual' needs {needed} for now, got "
@@ -562,7 +571,7 @@ class Plan:
     @property
     def bins(self) -> Bins:
         """The individual time steps' parameters."""
-        return Bins(self.dt, self.time_bins, self.eta, self.softening)
+        return Bins(self.dt, self.time_bins, self.eta, self.softening, self.step_criterion)
 
     @property
     def comoving(self) -> bool:

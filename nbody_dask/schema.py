@@ -40,8 +40,8 @@ def store_attrs(plan: Plan, bodies: xr.Dataset) -> dict[str, Any]:
         **{name: getattr(plan, name) for name in plan.force_method.parameters},
         **({"force_error_sample": plan.force_error_sample} if plan.force_error_sample else {}),
         **({"box_size": plan.box_size} if plan.periodic else {}),
-        **({"timestep": plan.timestep, "eta": plan.eta, "time_bins": plan.time_bins}
-           if plan.individual else {}),
+        **({"timestep": plan.timestep, "step_criterion": plan.step_criterion,
+            "eta": plan.eta, "time_bins": plan.time_bins} if plan.individual else {}),
         **({"cosmology": plan.cosmology, "a_start": plan.a_start, "a_end": plan.a_end,
             "dt": plan.dt, "time_variable": "scale factor a (steps uniform in ln a, dt)",
             "velocity_convention": "peculiar velocity a dx/dt"} if plan.comoving else {}),

@@ -62,6 +62,7 @@ def simulate(
     z_end: float | None = None,
     snapshot_redshifts: Any = None,
     timestep: str | None = None,
+    step_criterion: str | None = None,
     eta: float | None = None,
     time_bins: int | None = None,
     client: Client | None = None,
@@ -182,16 +183,22 @@ def simulate(
         spans in ``ln a``, or each at most ``dt``).
     timestep : {"global", "individual"}, optional
         ``nbody.timestep`` ("global") by default: every body takes the step ``dt``.
-        ``"individual"``: hierarchical power-of-two steps, each body ``dt / 2**k`` with the
-        longest step of at most ``eta * sqrt(softening / |a|)``, on an integer timeline, so
-        that only the bodies whose steps end get forces (from all bodies) and kicks; ``dt``
-        is the longest step and every body is synchronised after each of the ``steps``
-        (snapshots and resumes happen there). The trajectory then has ``time_bin(time,
-        body)`` and ``force_evaluations(time)``. For now with the direct method in isolated
-        systems, and softening > 0. See :mod:`nbody_dask.timebins` and the user guide's
-        "Individual time steps".
+        ``"individual"``: hierarchical power-of-two steps, each body the longest ``dt /
+        2**k`` its ``step_criterion`` allows, on an integer timeline, so that only the
+        bodies whose steps end get forces (from all bodies) and kicks; ``dt`` is the longest
+        step and every body is synchronised after each of the ``steps`` (snapshots and
+        resumes happen there). The trajectory then has ``time_bin(time, body)`` and
+        ``force_evaluations(time)``. For now with the direct method on CPUs, in isolated
+        systems. See :mod:`nbody_dask.timebins` and the user guide's "Individual time
+        steps".
+    step_criterion : {"pairwise", "acceleration"}, optional
+        ``nbody.step-criterion`` ("pairwise") by default: a body's step is ``eta`` times a
+        smooth maximum of the free-fall times ``sqrt(r^3 / G(m_i + m_j))`` of its pairs
+        (softened). ``"acceleration"``: ``eta sqrt(softening / |a|)`` (GADGET's; needs
+        softening > 0).
     eta : float, optional
-        The individual steps' accuracy parameter (``nbody.eta``, 0.2).
+        The individual steps' accuracy parameter (``nbody.eta``; by default 0.02 for
+        ``"pairwise"``, 0.22 for ``"acceleration"``).
     time_bins : int, optional
         The number of individual step bins, the shortest step being ``dt / 2**(time_bins -
         1)`` (``nbody.time-bins``, 8).
@@ -271,7 +278,8 @@ def simulate(
                         box_size=box_size, mesh_size=mesh_size, mesh_slabs=mesh_slabs,
                         split=split, cutoff=cutoff, cosmology=cosmology, a_end=a_end,
                         z_end=z_end, snapshot_redshifts=snapshot_redshifts,
-                        timestep=timestep, eta=eta, time_bins=time_bins)
+                        timestep=timestep, step_criterion=step_criterion, eta=eta,
+                        time_bins=time_bins)
     if resume:
         plan, path, done = resume_point(bodies, store, storage_options, overwrite, args)
         ds, t0 = None, 0.0

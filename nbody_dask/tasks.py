@@ -153,13 +153,16 @@ def row_forces(target: int, own: Tile, blocks: Sequence[tuple], forces: Forces,
 class Tick:
     """One tick of a block of individual time steps: its number (``bins.ticks``: the
     block's end), the run's :class:`~nbody_dask.timebins.Bins`, whether it is the
-    first evaluation of a run or resume (every body active, no kick) and the step (block)
-    it belongs to, for error messages."""
+    first evaluation of a run or resume (every body active, no kick), the step (block) it
+    belongs to, for error messages, and the kernel threads of a force task (1: the serial
+    kernel, for tasks that share a worker; None: every core; the result does not depend on
+    them)."""
 
     tick: int
     bins: Bins
     initial: bool
     step: int
+    threads: int | None = 1
 
     def active(self, tile: Tile) -> np.ndarray | None:
         """The tile's bodies active at this tick (None: all of them)."""
@@ -182,17 +185,37 @@ def drift_tile(tile: Tile, drift: float) -> Tile:
 def active_pair_forces(target: Tile, source: Tile, source_drift: float, tick: Tick,
                        forces: Forces, backend: str = "cpu") -> np.ndarray:
     """Partial forces on the bodies of ``target`` (drifted to the tick) active at ``tick``,
-    in tile order, due to ``source`` drifted by ``source_drift``; one kernel call. With
+    in tile order, due to ``source`` drifted by ``source_drift``; one kernel call. With the
+    pairwise criterion a last row holds the pairs' rates
+    (:func:`~nbody_dask.kernels.cpu.accel_rate_tile`); with the acceleration criterion and
     every body active it is :func:`pair_forces` exactly."""
     active = tick.active(target)
     position = target.position if active is None else np.ascontiguousarray(
         target.position[:, active])
     if forces.with_potential and active is not None:
         raise ValueError("potentials are computed where every body is active")
+    sources = drifted(source, source_drift)
+    same = target.start == source.start
+    eps2 = forces.eps2(position.dtype)
+    if tick.bins.pairwise:  # the CPU kernel that also sums the pairs' rates
+        mass = target.mass if active is None else target.mass[active]
+        own = (np.arange(target.size) if active is None else np.flatnonzero(active)) \
+            if same else np.full(mass.shape[0], -1)
+        if tick.threads == 1 or mass.shape[0] <= rows.TARGET_BLOCK:  # one block: serial
+            return cpu.accel_rate_tile(*position, mass, own, *sources, source.mass, eps2,
+                                       forces.with_potential)
+        rows.set_threads(tick.threads)
+        return rows.rate_forces(*position, mass, own, *sources, source.mass, eps2,
+                                forces.with_potential)
+    if tick.threads != 1 and backend == "cpu" and position.shape[1] > rows.TARGET_BLOCK:
+        # the serial kernel's bits, on every core
+        rows.set_threads(tick.threads)
+        return rows.row_forces(*position, *sources, source.mass,
+                               np.array([0, source.size], dtype=np.int64), eps2,
+                               forces.with_potential, 0 if active is None and same else -1)[0]
     kernels = tile_kernels(backend)
-    return kernels.tile_pair_forces(position, drifted(source, source_drift), source.mass,
-                                    forces.eps2(position.dtype), forces.with_potential,
-                                    active is None and target.start == source.start)
+    return kernels.tile_pair_forces(position, sources, source.mass, eps2,
+                                    forces.with_potential, active is None and same)
 
 
 def close_active(closing: Closing, tick: Tick, tile: Tile, sides: Sequence[int | None],
@@ -200,7 +223,7 @@ def close_active(closing: Closing, tick: Tick, tile: Tile, sides: Sequence[int |
     """Sum the last partials of a tile's active bodies, kick them, give them their new
     bins (:func:`~nbody_dask.integrators.close_block`), and check the state is finite."""
     return check_finite(close_block(tile, sum_sides(sides, *parts), closing.G, tick.tick,
-                                    tick.bins, tick.initial), closing.step)
+                                    tick.bins, tick.initial), closing.step, tick.active(tile))
 
 
 def tile_bin_counts(bins: int, *tiles: Tile) -> list[tuple[int, ...]]:

@@ -7,11 +7,14 @@ starts and ends on a tick, and all bins end together at the end of each block: s
 resumes and the driver's submissions happen there, where every body is synchronised.
 
 The bin a body wants is the longest whose step is at most ``eta * sqrt(eps / |a|)``
-(:func:`wanted_bins`, the criterion of GADGET-2 and SWIFT with the Plummer softening
-``eps`` as the length). A body whose step ends at a tick (an *active* body) gets its new
-force there and may change bin: to a shorter one at once, to a longer one only as far as
-that bin's steps are synchronised with the tick (:func:`next_bins`), so that every step
-still ends on its bin's grid and at the block's end.
+(the ``"acceleration"`` criterion, :func:`wanted_bins`, of GADGET-2 and SWIFT with the
+Plummer softening ``eps`` as the length), or by default ``eta`` times a smooth maximum of
+the free-fall times ``sqrt(r^3 / G(m_i + m_j))`` of the body's pairs (the ``"pairwise"``
+criterion, :func:`pairwise_bins`: measured to reach the same energy error with fewer force
+evaluations on a cusp, docs/user-guide.md). A body whose step ends at a tick (an *active*
+body) gets its new force there and may change bin: to a shorter one at once, to a longer
+one only as far as that bin's steps are synchronised with the tick (:func:`next_bins`), so
+that every step still ends on its bin's grid and at the block's end.
 
 This module is arithmetic: the per-body functions take NumPy arrays (the workers call them
 through :mod:`nbody_dask.tasks`), the per-tile ones plain integers (the graph builder,
@@ -24,12 +27,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Bins", "TIMESTEPS", "ticks_per_block", "bin_ticks", "active_mask", "wanted_bins",
+__all__ = ["Bins", "TIMESTEPS", "CRITERIA", "DEFAULT_ETA", "bins_for_steps", "ticks_per_block",
+           "bin_ticks", "active_mask", "wanted_bins", "pairwise_bins",
            "next_bins", "bin_counts", "tile_active", "active_bodies", "next_tick",
            "BIN_DTYPE"]
 
 #: The time-step schemes: one step for every body, or hierarchical bins.
 TIMESTEPS = ("global", "individual")
+
+#: The step criteria (:meth:`Bins.wanted`): a smooth maximum of the two-body free-fall times
+#: of each body's pairs, or Power et al.'s ``eta sqrt(softening / |a|)`` (GADGET, SWIFT).
+CRITERIA = ("pairwise", "acceleration")
+
+#: Each criterion's default ``eta``: for ``"pairwise"`` measured on a Hernquist cusp
+#: (benchmarks/timesteps.py); for ``"acceleration"`` GADGET's default accuracy
+#: (``ErrTolIntAccuracy = 0.025`` in ``sqrt(2 eta eps / |a|)``).
+DEFAULT_ETA = {"pairwise": 0.02, "acceleration": 0.22}
 
 #: The dtype of a body's bin in tiles and in the store.
 BIN_DTYPE = np.int8
@@ -49,23 +62,48 @@ def bin_ticks(k: int | np.ndarray, bins: int) -> int | np.ndarray:
 
 def active_mask(time_bin: np.ndarray, tick: int, bins: int) -> np.ndarray:
     """Which bodies' steps end (and the next begin) at ``tick`` of a block."""
-    return tick % bin_ticks(time_bin.astype(np.int64), bins) == 0
+    lengths = np.left_shift(1, bins - 1 - np.arange(bins, dtype=np.int64))
+    return (tick % lengths == 0)[time_bin]
+
+
+def bins_for_steps(steps: np.ndarray, dt: float, bins: int) -> np.ndarray:
+    """The bin of each body from the step its criterion allows: the longest ``dt / 2**k``
+    that is at most ``steps`` (bin 0 for an infinite step, the last bin at most; a step that
+    is not a number, from values beyond the dtype's range, gets the last bin)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        halvings = np.ceil(np.log2(dt / np.asarray(steps, dtype=np.float64)))
+    halvings = np.where(np.isnan(halvings), bins - 1, halvings)
+    return np.clip(halvings, 0, bins - 1).astype(BIN_DTYPE)
 
 
 def wanted_bins(acceleration: np.ndarray, softening: float, eta: float, dt: float,
                 bins: int) -> np.ndarray:
-    """The bin each body's criterion asks for: the longest step ``dt / 2**k`` of at most
-    ``eta * sqrt(softening / |a|)`` (bin 0 for ``a = 0``, the last bin at most).
+    """The bin the acceleration criterion asks for: the longest step ``dt / 2**k`` of at
+    most ``eta * sqrt(softening / |a|)`` (bin 0 for ``a = 0``, the last bin at most).
 
     Computed in float64 from the tile's accelerations ``(3, n)``, so the bins do not depend
     on anything but those values.
     """
     a = np.sqrt(np.sum(np.asarray(acceleration, dtype=np.float64) ** 2, axis=0))
     with np.errstate(divide="ignore", invalid="ignore"):
-        wanted = eta * np.sqrt(softening / a)  # inf where a == 0
-        halvings = np.ceil(np.log2(dt / wanted))  # -inf where a == 0, nan where not finite
-    halvings = np.where(np.isnan(halvings), bins - 1, halvings)
-    return np.clip(halvings, 0, bins - 1).astype(BIN_DTYPE)
+        return bins_for_steps(eta * np.sqrt(softening / a), dt, bins)
+
+
+def pairwise_bins(rate2: np.ndarray, G: float, eta: float, dt: float, bins: int
+                  ) -> np.ndarray:
+    """The bin the pairwise criterion asks for: the longest step ``dt / 2**k`` of at most
+    ``eta (G^2 rate2)^(-1/4)``, ``rate2`` being the sum over a body's pairs of ``((m_i +
+    m_j) / (r^2 + eps^2)^(3/2))^2`` (:func:`nbody_dask.kernels.cpu.accel_rate_tile`).
+
+    For one pair that is ``eta sqrt(r^3 / G(m_i + m_j))``: a Kepler orbit takes about
+    ``2 pi / eta`` steps per orbit at any eccentricity; with many pairs the closest
+    encounters set the step (the terms fall as ``r^-6``), so a body crossing a dense cusp,
+    or passing another, gets short steps where the mean field alone (``|a|``) would not ask
+    for them.
+    """
+    r2 = np.asarray(rate2, dtype=np.float64) * (G * G)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return bins_for_steps(eta / np.sqrt(np.sqrt(r2)), dt, bins)
 
 
 def next_bins(old: np.ndarray, wanted: np.ndarray, tick: int, bins: int) -> np.ndarray:
@@ -120,6 +158,20 @@ class Bins:
     bins: int
     eta: float
     softening: float
+    criterion: str = "pairwise"
+
+    @property
+    def pairwise(self) -> bool:
+        """The pairwise criterion: the force tasks also sum the pairs' rates."""
+        return self.criterion == "pairwise"
+
+    def wanted(self, acceleration: np.ndarray, rate2: np.ndarray | None, G: float
+               ) -> np.ndarray:
+        """The bins the criterion asks for, from the accelerations (G applied) or the
+        pairs' rates (G = 1)."""
+        if self.pairwise:
+            return pairwise_bins(rate2, G, self.eta, self.dt, self.bins)
+        return wanted_bins(acceleration, self.softening, self.eta, self.dt, self.bins)
 
     @property
     def ticks(self) -> int:
@@ -129,7 +181,8 @@ class Bins:
     def half_steps(self, time_bin: np.ndarray, ftype: type) -> np.ndarray:
         """Half of each body's step, ``dt / 2**(k + 1)``, in ``ftype`` (exact: powers of
         two)."""
-        return (0.5 * self.dt / np.exp2(time_bin.astype(np.float64))).astype(ftype)
+        table = (0.5 * self.dt / np.exp2(np.arange(self.bins, dtype=np.float64)))
+        return table.astype(ftype)[time_bin]
 
     def drift(self, ticks: int) -> float:
         """The drift factor over ``ticks`` ticks."""

@@ -63,7 +63,7 @@ def test_the_next_tick_follows_the_deepest_bin_of_any_tile():
 
 def _plan(**kw):
     args = dict(n=800, steps=2, dt=0.1, softening=0.01, timestep="individual", time_bins=4,
-                tile_size=100, split_every=3)
+                tile_size=100, split_every=3, step_criterion="acceleration")
     return Plan(**{**args, **kw})
 
 
@@ -90,7 +90,10 @@ def test_a_ticks_tasks_are_proportional_to_its_active_tiles(active):
     ("method", "tree", "needs method='direct' for now, got method='tree'"),
     ("box_size", 10.0, "needs an isolated system for now, got box_size=10.0"),
     ("layout", "rows", "needs layout='pairs' for now, got layout='rows'"),
-    ("softening", 0.0, "needs softening > 0.* got softening=0.0"),
+    ("softening", 0.0, "needs softening > 0 with step_criterion='acceleration' for now, "
+                       "got softening=0.0"),
+    ("backend", "cuda", "needs the CPU kernels for now, got backend='cuda'"),
+    ("step_criterion", "jerk", "step_criterion must be one of"),
 ])
 def test_bad_individual_parameters_are_named(field, value, match):
     with pytest.raises(ValueError, match=match):
@@ -113,14 +116,16 @@ _RUN = dict(dt=1 / 16, softening=0.02, progress=False)
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("tile_size", [50, 200])
 def test_one_bin_is_the_global_leapfrog_bit_for_bit(client, dtype, tile_size):
-    """One bin: every body steps dt together, exactly as the global leapfrog of the direct
-    method without the symmetric kernel (4 tiles, and one tile in one task)."""
+    """One bin and the acceleration criterion (the plain kernel): every body steps dt
+    together, exactly as the global leapfrog of the direct method without the symmetric
+    kernel (4 tiles, and one tile in one task)."""
     ds = nbody_dask.plummer(200, seed=3)
     kw = dict(_RUN, steps=6, snapshot_every=3, dtype=dtype, tile_size=tile_size,
               client=client)
     with dask.config.set({"nbody.symmetric": False}):
         whole = nbody_dask.simulate(ds, **kw)
-    blocks = nbody_dask.simulate(ds, timestep="individual", time_bins=1, **kw)
+    blocks = nbody_dask.simulate(ds, timestep="individual", time_bins=1,
+                                 step_criterion="acceleration", **kw)
     for name in ("position", "velocity", "total_energy", "momentum"):
         np.testing.assert_array_equal(blocks[name].values, whole[name].values)
     assert (blocks.time_bin.values == 0).all()
@@ -178,7 +183,7 @@ def test_an_eccentric_orbit_keeps_its_energy_as_with_the_shortest_global_step(cl
     period, blocks = 2 * np.pi, 32
     kw = dict(softening=1e-3, client=client, progress=False)
     ind = nbody_dask.simulate(ds, steps=2 * blocks, dt=period / blocks, snapshot_every=1,
-                              timestep="individual", eta=1.0, time_bins=8, **kw)
+                              timestep="individual", eta=0.05, time_bins=8, **kw)
     shortest = int(ind.time_bin.values.max())
     assert ind.time_bin.values[:, 2].max() == 0 and shortest >= 4
     fine = nbody_dask.simulate(ds, steps=2 * blocks * 2**shortest,
@@ -192,3 +197,50 @@ def test_an_eccentric_orbit_keeps_its_energy_as_with_the_shortest_global_step(cl
     assert worst(ind) <= worst(fine) * 1.5, (worst(ind), worst(fine))
     evaluations = ind.force_evaluations.values.sum()
     assert evaluations < 0.5 * 3 * (fine.sizes["time"] - 1) * 2**shortest
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_parallel_rate_kernel_has_the_serial_kernels_bits(dtype):
+    """The one-tile blocks run the pairwise kernel on every core, in blocks of targets:
+    the same bits as the serial kernel the tiled runs use, for any thread count; the rates
+    leave the self term out, and the potential too."""
+    from nbody_dask.kernels import cpu, rows
+
+    rng = np.random.default_rng(5)
+    n = 3 * rows.TARGET_BLOCK + 7
+    x = rng.random((3, n)).astype(dtype)
+    m = rng.uniform(0.5, 1.5, n).astype(dtype) / n
+    own, eps2 = np.arange(n), dtype(1e-4)
+    serial = cpu.accel_rate_tile(*x, m, own, *x, m, eps2, True)
+    for threads in (1, 2):
+        rows.set_threads(threads)
+        np.testing.assert_array_equal(rows.rate_forces(*x, m, own, *x, m, eps2, True), serial)
+    d = x[:, None, :].astype(np.float64) - x[:, :, None]
+    inv = 1 / np.sqrt((d**2).sum(0) + float(eps2))
+    np.fill_diagonal(inv, 0)
+    rate2 = (((m[:, None] + m[None, :]) * inv**3) ** 2).sum(1)
+    rtol = 1e-4 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(serial[-1], rate2, rtol=rtol)
+    np.testing.assert_allclose(serial[3], -(m[None, :] * inv).sum(1), rtol=rtol)
+    np.testing.assert_allclose(serial[:3], (m[None, None, :] * inv**3 * d).sum(2),
+                               rtol=rtol * 10, atol=rtol * np.abs(serial[:3]).max())
+
+
+def test_the_cli_runs_individual_steps(tmp_path):
+    from click.testing import CliRunner
+
+    from nbody_dask.cli import main
+
+    store = tmp_path / "cusp.zarr"
+    result = CliRunner().invoke(main, [
+        "run", "--ic", "hernquist", "-n", "200", "--steps", "2", "--dt", "0.0625",
+        "--softening", "0.02", "--timestep", "individual", "--step-criterion", "pairwise",
+        "--eta", "0.05", "--time-bins", "5", "--store", str(store), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    traj = nbody_dask.open_trajectory(store)
+    assert traj.attrs["timestep"] == "individual" and traj.attrs["eta"] == 0.05
+    assert traj.time_bin.shape == (2, 200) and traj.force_evaluations[-1] > 400
+    bad = CliRunner().invoke(main, ["run", "--ic", "hernquist", "-n", "50", "--steps", "1",
+                                    "--timestep", "individual", "--time-bins", "40",
+                                    "--store", str(tmp_path / "x.zarr"), "--no-progress"])
+    assert bad.exit_code != 0 and "time_bins must be <= 30, got 40" in bad.output

@@ -33,7 +33,7 @@ from .law import JIT_OPTIONS as _JIT
 from .law import inverse_distance
 
 __all__ = ["accel_tile", "accel_potential_tile", "tile_pair_forces", "symmetric_pair_forces",
-           "self_tile_forces",
+           "self_tile_forces", "accel_rate_tile",
            "SYMMETRIC_CHUNK"]
 
 @njit(**_JIT)
@@ -163,6 +163,77 @@ def accel_potential_tile(xt, yt, zt, xs, ys, zs, ms, eps2, diagonal, first=0):
             az += s * dz
             phi -= mi
         out[0, i], out[1, i], out[2, i], out[3, i] = ax, ay, az, phi
+    return out
+
+
+@njit(**_JIT)
+def accel_rate_tile(xt, yt, zt, mt, own, xs, ys, zs, ms, eps2, with_potential):
+    """Partial accelerations (and potentials) of a target tile due to a source tile, and
+    the sum of the squared pairwise free-fall rates: individual time steps' criterion.
+
+    Parameters
+    ----------
+    xt, yt, zt, mt : ndarray, shape (nt,)
+        Target positions and masses.
+    own : ndarray of int64, shape (nt,)
+        Each target's index among the sources, -1 where it is not one: its self term enters
+        the potential with zero mass (no ``-m / eps``). The rates leave out sources at the
+        target's very position, the self term among them (no ``2 m / eps^3``): a float
+        test, so the loop stays vectorised.
+    xs, ys, zs, ms : ndarray, shape (ns,)
+        Source positions and masses.
+    eps2 : float32 or float64
+        Squared Plummer softening length, in the dtype of the arrays.
+    with_potential : bool
+        Add the potential row.
+
+    Returns
+    -------
+    ndarray, shape (4 or 5, nt)
+        Rows 0-2 the accelerations as :func:`accel_tile`, then the potential when
+        ``with_potential``, and last ``sum_j ((m_i + m_j) / (|r_j - r_i|^2 + eps2)^(3/2))^2``:
+        the squares of the inverse squared free-fall times of the target's pairs (G = 1),
+        whose fourth root is a smooth maximum of their inverse times (the closest encounter
+        dominates: the terms fall as ``r^-6``). A sum, so the tile pairs' partials add up
+        like the forces.
+    """
+    nt = xt.shape[0]
+    ns = xs.shape[0]
+    out = np.zeros((5 if with_potential else 4, nt), dtype=xt.dtype)
+    one = np.ones(1, dtype=xt.dtype)[0]
+    zero = one - one
+    for i in range(nt):
+        xi, yi, zi, mi, o = xt[i], yt[i], zt[i], mt[i], own[i]
+        ax = ay = az = phi = rate2 = zero
+        if with_potential:
+            for j in range(ns):
+                dx, dy, dz = xs[j] - xi, ys[j] - yi, zs[j] - zi
+                inv = inverse_distance(dx, dy, dz, eps2, zero, one)
+                inv3 = inv * inv * inv
+                s = ms[j] * inv3
+                ax += s * dx
+                ay += s * dy
+                az += s * dz
+                phi -= (zero if j == o else ms[j]) * inv
+                d2 = dx * dx + dy * dy + dz * dz
+                pair = (mi + ms[j] if d2 > zero else zero) * inv3
+                rate2 += pair * pair
+        else:
+            for j in range(ns):
+                dx, dy, dz = xs[j] - xi, ys[j] - yi, zs[j] - zi
+                inv = inverse_distance(dx, dy, dz, eps2, zero, one)
+                inv3 = inv * inv * inv
+                s = ms[j] * inv3
+                ax += s * dx
+                ay += s * dy
+                az += s * dz
+                d2 = dx * dx + dy * dy + dz * dz
+                pair = (mi + ms[j] if d2 > zero else zero) * inv3
+                rate2 += pair * pair
+        out[0, i], out[1, i], out[2, i] = ax, ay, az
+        if with_potential:
+            out[3, i] = phi
+        out[-1, i] = rate2
     return out
 
 

@@ -19,9 +19,9 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from .cpu import accel_potential_tile, accel_tile
+from .cpu import accel_potential_tile, accel_rate_tile, accel_tile
 
-__all__ = ["TARGET_BLOCK", "row_forces", "set_threads"]
+__all__ = ["TARGET_BLOCK", "row_forces", "rate_forces", "set_threads"]
 
 #: Targets per block (a multiple of the serial kernel's register blocking, 4).
 TARGET_BLOCK = 128
@@ -69,6 +69,22 @@ def row_forces(xt, yt, zt, xs, ys, zs, ms, starts, eps2, with_potential, diagona
         else:
             out[j, :, lo:hi] = accel_tile(xt[lo:hi], yt[lo:hi], zt[lo:hi], xs[a:b], ys[a:b],
                                           zs[a:b], ms[a:b], eps2)
+    return out
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def rate_forces(xt, yt, zt, mt, own, xs, ys, zs, ms, eps2, with_potential):
+    """:func:`~nbody_dask.kernels.cpu.accel_rate_tile` on all the cores: blocks of
+    :data:`TARGET_BLOCK` targets in parallel, each with the serial kernel, so the result is
+    bit-identical to it for any thread count."""
+    nt = xt.shape[0]
+    n_blocks = (nt + TARGET_BLOCK - 1) // TARGET_BLOCK
+    out = np.empty((5 if with_potential else 4, nt), dtype=xt.dtype)
+    for k in prange(n_blocks):
+        lo = k * TARGET_BLOCK
+        hi = min(nt, lo + TARGET_BLOCK)
+        out[:, lo:hi] = accel_rate_tile(xt[lo:hi], yt[lo:hi], zt[lo:hi], mt[lo:hi],
+                                        own[lo:hi], xs, ys, zs, ms, eps2, with_potential)
     return out
 
 

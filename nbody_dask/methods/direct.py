@@ -47,8 +47,12 @@ class Direct(ForceMethod):
         return direct_tile_size(n, threads, backend, layout, workers)
 
     def settle(self, plan: Plan, threads: int, workers: int, backend: str) -> Plan:
-        if plan.layout == "rows" or plan.periodic:
+        if plan.layout == "rows" or plan.periodic or plan.individual:
             backend = "cpu"
+        if plan.individual and plan.tile_size is None and workers == 1:
+            # one tile: its blocks run in one task, the parallel kernel on every core, with
+            # no round trip per tick (measured: docs/user-guide.md, "Individual time steps")
+            plan = replace(plan, tile_size=max(plan.n, 1))
         settled = super().settle(plan, threads, workers, backend)
         return replace(settled, symmetric=(plan.symmetric and backend == "cpu"
                                            and plan.layout == "pairs" and not plan.periodic
