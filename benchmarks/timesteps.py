@@ -4,7 +4,7 @@
         [--global-dt 512 1024 2048] [--eta 0.04 0.02 0.01] [--criterion pairwise]
         [--json out.json]
 
-One set of initial conditions (a Hernquist sphere, or two of them on a parabolic-ish orbit),
+One set of initial conditions (a Hernquist sphere, or two of half the mass on a bound orbit),
 float32, Plummer softening ``--softening``, direct summation on the default local cluster
 (one tile: the global step runs fused with the symmetric kernel, the individual steps as
 fused blocks with the parallel kernel). The global step runs at ``dt = 1 / k`` for each ``k``
@@ -32,13 +32,15 @@ def _initial_conditions(kind: str, n: int):
 
     if kind == "hernquist":
         return nbody_dask.hernquist(n, seed=1)
-    # two equal Hernquist spheres 4 units apart, falling together from rest
+    # two Hernquist spheres of half the mass each (velocities scaled by sqrt(1/2) to stay
+    # in equilibrium), 4 units apart on a bound orbit that merges within a crossing time
     half = nbody_dask.hernquist(n // 2, seed=2)
     other = nbody_dask.hernquist(n - n // 2, seed=3)
+    scale = np.sqrt(0.5)
     position = np.concatenate([half.position.values - [2, 0, 0],
                                other.position.values + [2, 0, 0]])
-    velocity = np.concatenate([half.velocity.values + [0, 0.1, 0],
-                               other.velocity.values - [0, 0.1, 0]])
+    velocity = np.concatenate([half.velocity.values * scale + [0, 0.1, 0],
+                               other.velocity.values * scale - [0, 0.1, 0]])
     return nbody_dask.make_bodies(position, velocity, np.full(n, 1.0 / n))
 
 

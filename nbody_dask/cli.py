@@ -109,7 +109,7 @@ def main() -> None:
                    "body's pairs, or eta sqrt(softening / |a|) "
                    "[default: nbody.step-criterion, pairwise].")
 @click.option("--eta", type=float, default=None,
-              help="Individual steps' accuracy parameter [default: 0.02 pairwise, 0.22 "
+              help="Individual steps' accuracy parameter [default: 0.005 pairwise, 0.22 "
                    "acceleration].")
 @click.option("--time-bins", type=int, default=None,
               help="Individual steps' bins: the shortest step is dt / 2**(bins - 1) "

@@ -197,7 +197,7 @@ def simulate(
         (softened). ``"acceleration"``: ``eta sqrt(softening / |a|)`` (GADGET's; needs
         softening > 0).
     eta : float, optional
-        The individual steps' accuracy parameter (``nbody.eta``; by default 0.02 for
+        The individual steps' accuracy parameter (``nbody.eta``; by default 0.005 for
         ``"pairwise"``, 0.22 for ``"acceleration"``).
     time_bins : int, optional
         The number of individual step bins, the shortest step being ``dt / 2**(time_bins -

@@ -39,10 +39,12 @@ TIMESTEPS = ("global", "individual")
 #: of each body's pairs, or Power et al.'s ``eta sqrt(softening / |a|)`` (GADGET, SWIFT).
 CRITERIA = ("pairwise", "acceleration")
 
-#: Each criterion's default ``eta``: for ``"pairwise"`` measured on a Hernquist cusp
-#: (benchmarks/timesteps.py); for ``"acceleration"`` GADGET's default accuracy
+#: Each criterion's default ``eta``: for ``"pairwise"`` measured on a Hernquist cusp, where
+#: 0.005 reached the energy error of a global step 1/32 of the longest in a third of the
+#: force evaluations, and larger values let the energy drift (benchmarks/timesteps.py,
+#: docs/user-guide.md); for ``"acceleration"`` GADGET's default accuracy
 #: (``ErrTolIntAccuracy = 0.025`` in ``sqrt(2 eta eps / |a|)``).
-DEFAULT_ETA = {"pairwise": 0.02, "acceleration": 0.22}
+DEFAULT_ETA = {"pairwise": 0.005, "acceleration": 0.22}
 
 #: The dtype of a body's bin in tiles and in the store.
 BIN_DTYPE = np.int8

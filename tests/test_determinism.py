@@ -44,10 +44,12 @@ def test_tiling_changes_only_round_off(client):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("dtype", ["float32"])
 def test_rows_layout_equals_pairs_layout_on_any_workers_and_kernel_threads(tmp_path, dtype):
     """The HPC layout (parallel kernel, a task per tile) is bit-identical to the pairs layout
-    with the plain kernel, with 1 or 2 workers and 1 or 2 kernel threads."""
+    with the plain kernel, with 1 or 2 workers and 1 or 2 kernel threads (float32, whose
+    SIMD lanes are twice float64's: the layout the parallel blocks are likelier to cut
+    differently; float64 rows against pairs in one process: tests/test_same_bits.py)."""
     import dask
 
     with dask.config.set({"nbody.symmetric": False}):
