@@ -281,21 +281,18 @@ def test_momentum_drift_stays_small(client):
 
 
 @pytest.mark.slow
-def test_bit_identical_across_workers_and_threads(tmp_path):
-    """3 tiles, the ticks planned from fetched bin counts, on 1 worker with 1 thread and on
-    2 workers: the same bits (and on the in-process cluster of 2 threads)."""
+def test_bit_identical_across_workers_and_threads(client):
+    """3 tiles, the ticks planned from fetched bin counts, on one worker of 2 threads and on
+    2 worker processes of one thread each: the same bits."""
     from distributed import Client, LocalCluster
 
     ds = nbody_dask.hernquist(300, seed=7)
     kw = dict(_RUN, steps=4, snapshot_every=2, timestep="individual", eta=0.02,
               time_bins=5, tile_size=100)
-    runs = []
-    for workers, threads in ((1, 1), (2, 1)):
-        with LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True,
-                          host="127.0.0.1", dashboard_address="127.0.0.1:0") as cluster, \
-                Client(cluster) as c:
-            runs.append(nbody_dask.simulate(ds, client=c, **kw).load())
-    runs.append(nbody_dask.simulate(ds, **kw))
+    runs = [nbody_dask.simulate(ds, client=client, **kw)]
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as c:
+        runs.append(nbody_dask.simulate(ds, client=c, **kw).load())
     assert runs[0].time_bin.values.max() >= 3
     for other in runs[1:]:
         for name in ("position", "velocity", "time_bin", "force_evaluations",
