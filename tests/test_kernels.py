@@ -119,7 +119,8 @@ def test_symmetric_kernel_gives_both_sides(dtype, nt, ns):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8, 9, SYMMETRIC_CHUNK + 7])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8, 9,
+                               pytest.param(SYMMETRIC_CHUNK + 7, marks=pytest.mark.slow)])
 def test_self_tile_kernel_matches_the_diagonal_kernel(dtype, n):
     """Each pair i < j once; groups of four, their inner pairs and tails all covered.
 
@@ -192,6 +193,7 @@ def test_gravitational_constant_scales_forces(client):
     np.testing.assert_allclose(a2, 2.5 * a1, rtol=1e-15)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 assembly")
 @pytest.mark.parametrize(("dtype", "packed"), [(np.float32, "ps"), (np.float64, "pd")])
 def test_kernel_is_vectorised_without_float64_promotion(dtype, packed):

@@ -203,7 +203,7 @@ def _check_one_owner(location, outcome, leases):
 
 
 @pytest.mark.parametrize("kind", ["empty", "stale", "released"])
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("n", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_lease_has_one_owner_in_every_interleaving_on_a_local_store(tmp_path, kind, n):
     """2 acquirers through every order of their list, read, create and clean-up operations
     (3 acquirers: every order of list, read and create), from an empty store, a dead run's
