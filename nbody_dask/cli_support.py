@@ -212,6 +212,12 @@ def run_summary(store: str, traj: Any) -> str:
             lines[-3:-1] = [f"scale factor {times[0]:.6g} .. {times[-1]:.6g}  (z = "
                             f"{1 / times[0] - 1:.4g} .. {1 / times[-1] - 1:.4g}; comoving, "
                             f"{name})"]
+        if "time_bin" in traj:  # individual time steps: where the work went
+            work = float(traj.force_evaluations.values[1:].sum()) / traj.sizes["body"]
+            lines.append(f"time steps   individual ({attrs['step_criterion']}, eta = "
+                         f"{attrs['eta']}, {attrs['time_bins']} bins): {work:.1f} force "
+                         f"evaluations per body, shortest bin used "
+                         f"{int(traj.time_bin.values.max())}")
         if "force_error" in traj:
             median, p99, largest = traj.force_error.values.max(axis=0)
             lines.append(f"force error  worst snapshot: median {median:.2e}, p99 {p99:.2e}, "

@@ -239,6 +239,7 @@ def test_the_cli_runs_individual_steps(tmp_path):
         "--softening", "0.02", "--timestep", "individual", "--step-criterion", "pairwise",
         "--eta", "0.05", "--time-bins", "5", "--store", str(store), "--no-progress"])
     assert result.exit_code == 0, result.output
+    assert "time steps   individual (pairwise, eta = 0.05, 5 bins)" in result.output
     traj = nbody_dask.open_trajectory(store)
     assert traj.attrs["timestep"] == "individual" and traj.attrs["eta"] == 0.05
     assert traj.time_bin.shape == (2, 200) and traj.force_evaluations[-1] > 400
