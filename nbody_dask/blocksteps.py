@@ -34,7 +34,7 @@ from collections.abc import Generator, Sequence
 from typing import Any
 
 from . import tasks
-from .graph import Graph, Piece, combine, key, submit
+from .graph import Graph, Piece, combine, key, run_graph, submit
 from .plan import Plan
 from .timebins import active_bodies, next_tick, tile_active
 
@@ -189,16 +189,12 @@ def run_here(pieces: Generator[Piece, Any, Any]) -> Any:
     (dependencies come first), as :func:`nbody_dask.driver.submit_pieces` runs it on a
     cluster; return the generator's result."""
     reply = None
-    values: dict[str, Any] = {}
     while True:
         try:
             piece = pieces.send(reply)
         except StopIteration as done:
             return done.value
-        for name, (function, *args) in piece.graph.items():
-            values[name] = function(*(values[a] if isinstance(a, str) and a in values else a
-                                      for a in args))
+        values = run_graph(piece.graph, {})  # what it needs of earlier pieces: references
         refs = {group: [values[k] if isinstance(k, str) else k for k in keys]
                 for group, keys in piece.keep.items()}
         reply = refs, None if piece.fetch is None else values[piece.fetch]
-        values = {}  # what later pieces need comes back through the references

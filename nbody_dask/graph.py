@@ -50,7 +50,7 @@ from .spatial import (bounding_cube, cut_by_chunk, cut_by_splitters, key_sample,
 __all__ = ["Graph", "Piece", "Evaluation", "key", "submit", "combine", "close_targets",
            "move_bodies", "body_order", "cube_key", "retile", "reduce_in_order",
            "initial_pieces", "steps_pieces", "initial_graph",
-           "steps_graph", "fused_steps", "snapshot_graph", "execute"]
+           "steps_graph", "fused_steps", "snapshot_graph", "execute", "run_graph"]
 
 Graph = dict[str, tuple]
 
@@ -355,6 +355,12 @@ def _error_targets(n: int, sample: int) -> np.ndarray:
 
 def execute(dsk: Graph, out: str, inputs: dict[str, Any]) -> Any:
     """Run a graph in this thread, in insertion order (dependencies come first)."""
+    return run_graph(dsk, inputs)[out]
+
+
+def run_graph(dsk: Graph, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Run a graph in this thread, in insertion order, from the values of ``inputs`` (keys
+    its tasks name that it does not hold); return every task's value and the inputs."""
     values = dict(inputs)
 
     def resolve(arg: Any) -> Any:
@@ -362,5 +368,5 @@ def execute(dsk: Graph, out: str, inputs: dict[str, Any]) -> Any:
 
     for name, (func, *args) in dsk.items():
         values[name] = func(*map(resolve, args))
-    return values[out]
+    return values
 
