@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from .bodies import Tile, wrap
-from .timebins import Bins, active_mask, next_bins
+from .timebins import Bins, next_bins
 
 __all__ = ["open_step", "close_step", "canonical", "peculiar", "check_finite",
            "NonFiniteStateError", "INTEGRATOR", "open_block", "drifted",
@@ -115,7 +115,7 @@ def drifted(tile: Tile, drift: float) -> np.ndarray:
 
 
 def close_block(tile: Tile, forces: np.ndarray, G: float, tick: int, bins: Bins,
-                initial: bool) -> Tile:
+                initial: bool, active: np.ndarray | None = None) -> Tile:
     """The end of the active bodies' steps at ``tick`` of a block (``bins.ticks``: its end):
     attach their forces, the closing half-kick, their new bins, and unless the block ends
     there the opening half-kick of their next step.
@@ -137,11 +137,15 @@ def close_block(tile: Tile, forces: np.ndarray, G: float, tick: int, bins: Bins,
     initial : bool
         The first evaluation of a run or a resume: every body is active, no kick, bins as
         the criterion asks.
+    active : ndarray of bool, optional
+        The bodies active at ``tick`` (:func:`~nbody_dask.timebins.active_mask`, as the
+        force tasks took them); None: every body.
     """
     ftype = tile.position.dtype.type
-    n = tile.size
-    every = initial or tick == bins.ticks
-    active = np.ones(n, dtype=bool) if every else active_mask(tile.time_bin, tick, bins.bins)
+    every = active is None
+    opening = not initial and tick != bins.ticks
+    if every:
+        active = np.ones(tile.size, dtype=bool)
     rate2 = forces[-1] if bins.pairwise else None
     with np.errstate(over="ignore", invalid="ignore"):
         acc = forces[:3] * ftype(G)
@@ -152,7 +156,7 @@ def close_block(tile: Tile, forces: np.ndarray, G: float, tick: int, bins: Bins,
         old = tile.time_bin[active]
         velocity = tile.velocity[:, active] + acc * bins.half_steps(old, ftype)
         new = next_bins(old, wanted, tick % bins.ticks, bins.bins)
-        if not every:
+        if opening:
             velocity = velocity + acc * bins.half_steps(new, ftype)
     if every:
         return tile.evolve(velocity=velocity, acceleration=acc, potential=potential,

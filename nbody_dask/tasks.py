@@ -222,8 +222,9 @@ def close_active(closing: Closing, tick: Tick, tile: Tile, sides: Sequence[int |
                  *parts: Any) -> Tile:
     """Sum the last partials of a tile's active bodies, kick them, give them their new
     bins (:func:`~nbody_dask.integrators.close_block`), and check the state is finite."""
+    active = tick.active(tile)
     return check_finite(close_block(tile, sum_sides(sides, *parts), closing.G, tick.tick,
-                                    tick.bins, tick.initial), closing.step, tick.active(tile))
+                                    tick.bins, tick.initial, active), closing.step, active)
 
 
 def tile_bin_counts(bins: int, *tiles: Tile) -> list[tuple[int, ...]]:
