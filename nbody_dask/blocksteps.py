@@ -6,13 +6,18 @@ task a tile). Then, tick by tick, only the ticks where some body's step ends, an
 only the *active* tiles (those holding such a body) get tasks:
 
 * the tile drifted to the tick (its bodies move in straight lines between their kicks);
-* one task per source tile: the forces on the tile's active bodies due to the source,
-  drifted to the tick inside the task (a source tile that is not active is not touched);
+* the force method's tasks (:meth:`~nbody_dask.methods.ForceMethod.tick_forces`), one per
+  source tile: the forces on the tile's active bodies due to the source at the tick. Direct
+  summation drifts the source inside the task (a source tile that is not active is not
+  touched); the tree refits each tile's tree, built at the block's start, to the tick once
+  (:meth:`~nbody_dask.methods.ForceMethod.open_block`) and walks the active bodies' leaves
+  through it (at the block's end, where a resume starts, it builds the trees afresh, as a
+  resume's first evaluation does);
 * the plan's fixed reduction tree over the sources, in source order, and a closing task:
   the active bodies' closing half-kicks, their new bins, their next opening half-kicks.
 
-So a tick costs ``A (T + 2 + combines)`` tasks for ``A`` active tiles of ``T``: proportional
-to the active tiles. Which tiles are active at a tick follows from how many bodies each of
+So a tick costs ``A (T + 2 + combines)`` tasks for ``A`` active tiles of ``T`` (the tree
+adds a refit per tile and a target tree per active tile): proportional to the active tiles. Which tiles are active at a tick follows from how many bodies each of
 their bins holds; bins change only where a tile is active, so after each tick the builder
 fetches the new counts of the tiles it closed (a few integers a tile) and plans the next
 tick from them: the graph depends only on data that the same inputs reproduce, so runs
@@ -24,8 +29,9 @@ executed in place, without a round trip per tick.
 The block's last tick closes every body, with potentials on snapshot steps: snapshots and
 resumes happen where every body is synchronised. A run's (or a resume's) first evaluation
 is the same tasks with every body active and no kick, so the accelerations and bins a resume
-starts from are these of the uninterrupted run. With one bin a block is exactly a global
-leapfrog step of the direct method without the symmetric kernel: the same bits.
+starts from are these of the uninterrupted run. With one bin and the acceleration criterion
+a block is exactly a global leapfrog step of the direct method without the symmetric kernel:
+the same bits.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ Counts = list[tuple[int, ...]]
 
 def tick_graph(plan: Plan, token: str, step: int, tick: int, tiles: Sequence,
                last_tick: Sequence[int], counts: Counts, with_potential: bool = False,
-               initial: bool = False, threads: int | None = 1
+               initial: bool = False, threads: int | None = 1, block: Sequence = ()
                ) -> tuple[Graph, list, list[int], str]:
     """The tasks of one tick of block ``step``: the active tiles' drifts, pair forces,
     reductions and closing kicks.
@@ -72,6 +78,9 @@ def tick_graph(plan: Plan, token: str, step: int, tick: int, tiles: Sequence,
     threads : int or None
         Kernel threads of a force task: 1 (the serial kernel) where tasks share a worker's
         threads; None (every core) for a one-tile system's fused blocks.
+    block : sequence
+        What the force method built at the block's start
+        (:meth:`~nbody_dask.methods.ForceMethod.open_block`; none for ``initial``).
 
     Returns
     -------
@@ -100,14 +109,11 @@ def tick_graph(plan: Plan, token: str, step: int, tick: int, tiles: Sequence,
         else:
             drifted[i] = name("bdrift", i)
             dsk[drifted[i]] = (tasks.drift_tile, tiles[i], bins.drift(tick - last_tick[i]))
-    parts = []
-    for i in active:
-        for j in range(len(tiles)):
-            source, drift = ((drifted[j], 0.0) if j in drifted
-                             else (tiles[j], bins.drift(tick - last_tick[j])))
-            dsk[name("bpair", i, j)] = (tasks.active_pair_forces, drifted[i], source, drift,
-                                        ticker, forces, plan.backend)
-        parts.append([(name("bpair", i, j), None) for j in range(len(tiles))])
+    sources = [(drifted[j], 0.0) if j in drifted
+               else (tiles[j], bins.drift(tick - last_tick[j])) for j in range(len(tiles))]
+    partials = plan.force_method.tick_forces(plan, dsk, name, sources, drifted, ticker,
+                                             forces, list(block))
+    parts = [[(p, None) for p in partials[i]] for i in active]
     closing = tasks.Closing(step, plan.G, None)
     out = list(tiles)
     for i, mine in zip(active, parts, strict=True):
@@ -153,17 +159,19 @@ def block_pieces(plan: Plan, token: str, tiles: Sequence, counts: Counts, first:
         for i, tile in enumerate(tiles):
             tiles[i] = key(token, "bopen", step, i)
             dsk[tiles[i]] = (tasks.open_tile_block, tile, bins)
+        block = plan.force_method.open_block(
+            plan, dsk, lambda stage, *index: key(token, stage, step, *index), tiles)
         last_tick, tick = [0] * len(tiles), 0
         while tick < bins.ticks:
             tick = next_tick(counts, tick)
             graph, tiles, active, counts_key = tick_graph(
                 plan, token, step, tick, tiles, last_tick, counts,
                 with_potential=tick == bins.ticks and step in potential_steps,
-                threads=_threads(plan))
+                threads=_threads(plan), block=block)
             dsk.update(graph)
             evaluations += _evaluations(counts, active, tick)
-            refs, new = yield from submit(dsk, fetch=counts_key, tiles=tiles)
-            tiles, dsk = refs["tiles"], {}
+            refs, new = yield from submit(dsk, fetch=counts_key, tiles=tiles, block=block)
+            tiles, block, dsk = refs["tiles"], refs["block"], {}
             for i, c in zip(active, new, strict=True):
                 counts[i], last_tick[i] = c, tick
     return tiles, counts, evaluations

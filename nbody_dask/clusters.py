@@ -73,10 +73,12 @@ def local(
 
 #: Errors of tasks that the driver re-raises with a message of its own (a non-finite state
 #: naming the step and body, bodies outrunning the tree's margin, a lost lease, and the
-#: faults of a store: a full disk, a lost mount or object-store endpoint).
+#: faults of a store: a full disk, a lost mount or object-store endpoint, a response cut
+#: short when the endpoint goes away mid-read).
 REPORTED_ERRORS = ("NonFiniteStateError", "FarFieldError", "LeaseLostError", "OSError(",
                    "PermissionError(", "EndpointConnectionError", "ConnectTimeoutError",
-                   "ReadTimeoutError", "ConnectionClosedError", "TimeoutError(")
+                   "ReadTimeoutError", "ConnectionClosedError", "TimeoutError(",
+                   "ClientPayloadError(", "ServerDisconnectedError(")
 
 
 class _ReportedErrorsFilter(logging.Filter):

@@ -552,7 +552,8 @@ class Plan:
         if self.timestep == "global":
             return
         for needed, met, name, value in (
-                ("method='direct'", self.method == "direct", "method", self.method),
+                ("method='direct' or 'tree'", self.force_method.individual_steps, "method",
+                 self.method),
                 ("an isolated system", not self.periodic, "box_size", self.box_size),
                 ("layout='pairs'", self.layout == "pairs", "layout", self.layout),
                 ("the CPU kernels", self.backend != "cuda", "backend", self.backend),

@@ -38,7 +38,7 @@ __all__ = ["Forces", "Closing", "Walk", "PairForces", "pair_forces", "symmetric_
            "mesh_deposit", "mesh_solve", "mesh_forces", "periodic_layout",
            "mesh_slab", "mesh_mass", "mesh_forces_from_slabs", "close_short_row",
            "Tick", "open_tile_block", "drift_tile", "active_pair_forces", "close_active",
-           "tile_bin_counts"]
+           "tile_bin_counts", "drifted_tree", "active_tree_pair_forces"]
 
 
 @dataclass(frozen=True)
@@ -216,6 +216,29 @@ def active_pair_forces(target: Tile, source: Tile, source_drift: float, tick: Ti
     kernels = tile_kernels(backend)
     return kernels.tile_pair_forces(position, sources, source.mass, eps2,
                                     forces.with_potential, active is None and same)
+
+
+def drifted_tree(tree: trees.TileTree, tile: Tile, drift: float) -> trees.TileTree:
+    """``tree`` (of the tile at its block's start) refit to the tile drifted by ``drift``:
+    the same cells, their moments and sizes at the new positions."""
+    return trees.refit(tree, drifted(tile, drift), tile.mass)
+
+
+def active_tree_pair_forces(target: Tile, targets: trees.TileTree, source: trees.TileTree,
+                            tick: Tick, walk: Walk, same: bool) -> np.ndarray:
+    """Partial forces on the bodies of ``target`` (drifted to the tick) active at ``tick``,
+    in tile order, due to a source tile's refit tree; ``targets`` is the target's refit
+    tree (``same``: they are one). The leaves of ``targets`` with active bodies walk the
+    source for those bodies alone, each body's forces exactly as if every body were active;
+    with the pairwise criterion a last row holds the rates of the pairs summed directly
+    (:func:`~nbody_dask.kernels.walk.walk`)."""
+    active = tick.active(target)
+    if walk.forces.with_potential and active is not None:
+        raise ValueError("potentials are computed where every body is active")
+    rows.set_threads(walk.threads)
+    out = trees.walk(targets, source, walk.forces.eps2(source.x.dtype), walk.theta,
+                     walk.forces.with_potential, same, tick.bins.pairwise, active)
+    return out if active is None else np.ascontiguousarray(out[:, active])
 
 
 def close_active(closing: Closing, tick: Tick, tile: Tile, sides: Sequence[int | None],

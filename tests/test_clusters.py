@@ -126,3 +126,20 @@ def test_cli_cluster_errors_are_one_line(tmp_path):
                                   "--store", str(tmp_path / "b.zarr")])
     assert result.exit_code == 1 and "cannot reach the Dask scheduler" in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("error, dropped", [
+    ("ClientPayloadError('Response payload is not completed')", True),
+    ("EndpointConnectionError('Could not connect')", True),
+    ("NonFiniteStateError('the state is not finite')", True),
+    ("ValueError('a bug')", False),
+])
+def test_workers_leave_out_tracebacks_of_errors_the_driver_reports(error, dropped):
+    """A task's error that the driver reports in one line (a store's fault, a non-finite
+    state) is not logged by the worker with its traceback as well; any other error is."""
+    import logging
+
+    record = logging.LogRecord("distributed.worker", logging.ERROR, __file__, 1,
+                               "Compute Failed\nKey: %s\nException: %s\n", ("k", error),
+                               None)
+    assert clusters._ReportedErrorsFilter().filter(record) is not dropped

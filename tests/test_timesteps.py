@@ -82,12 +82,25 @@ def test_a_ticks_tasks_are_proportional_to_its_active_tiles(active):
     assert tiles[active:] == [f"t{i}" for i in range(active, 8)]  # the others untouched
 
 
+def test_a_tree_tick_refits_every_tree_and_walks_for_the_active_tiles():
+    """The tree's tick: a refit of each tile's block tree (8), then per active tile a drift,
+    a walk per source tile, the combine tasks and the closing kick; one counts task."""
+    plan = _plan(method="tree")
+    counts = [(99, 0, 0, 1) if i < 3 else (100, 0, 0, 0) for i in range(8)]
+    dsk, _, active, _ = tick_graph(plan, "tok", 1, 1, [f"t{i}" for i in range(8)], [0] * 8,
+                                   counts, block=[f"tree{i}" for i in range(8)])
+    combines = sum(len(level) for level in plan.groups())
+    assert active == [0, 1, 2]
+    assert len(dsk) == 8 + 3 * (1 + 8 + combines + 1) + 1
+    assert sum(k.startswith("nbody-btick") for k in dsk) == 8
+
+
 @pytest.mark.parametrize("field, value, match", [
     ("timestep", "adaptive", "timestep must be one of"),
     ("eta", 0, "eta must be > 0"),
     ("time_bins", 0, "time_bins must be >= 1"),
     ("time_bins", 31, "time_bins must be <= 30"),
-    ("method", "tree", "needs method='direct' for now, got method='tree'"),
+    ("method", "treepm", "needs method='direct' or 'tree' for now, got method='treepm'"),
     ("box_size", 10.0, "needs an isolated system for now, got box_size=10.0"),
     ("layout", "rows", "needs layout='pairs' for now, got layout='rows'"),
     ("softening", 0.0, "needs softening > 0 with step_criterion='acceleration' for now, "
@@ -146,10 +159,11 @@ def test_bins_and_work_are_stored(client, tmp_path):
     assert 300 * 2 < work[1] < 300 * 2 * 16  # more than one step each, less than the finest
 
 
-def test_resume_is_bit_identical(client, tmp_path):
+@pytest.mark.parametrize("method", ["direct", "tree"])
+def test_resume_is_bit_identical(client, tmp_path, method):
     ds = nbody_dask.hernquist(200, seed=4)
     kw = dict(_RUN, steps=4, snapshot_every=2, timestep="individual", eta=0.1, time_bins=4,
-              tile_size=100, client=client)
+              tile_size=100, client=client, method=method)
     whole = nbody_dask.simulate(ds, **kw)
     store = tmp_path / "part.zarr"
 
@@ -228,6 +242,55 @@ def test_the_parallel_rate_kernel_has_the_serial_kernels_bits(dtype):
                                rtol=rtol * 10, atol=rtol * np.abs(serial[:3]).max())
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_walk_computes_active_bodies_as_if_all_were(dtype):
+    """A walk for some targets (the tick's active bodies) gives each exactly what the walk
+    for all of them gives, and zeros elsewhere; with ``rate`` its last row sums the pairs
+    it evaluates directly: the direct kernel's rates where one leaf holds every body, no
+    more than them otherwise."""
+    from nbody_dask.kernels import cpu
+    from nbody_dask.kernels import tree as trees
+
+    ds = nbody_dask.hernquist(600, seed=5)
+    position = np.ascontiguousarray(ds.position.values.T, dtype=dtype)
+    mass = ds.mass.values.astype(dtype)
+    eps2 = dtype(0.01) ** 2
+    tree = trees.build(position, mass, 8)
+    active = np.random.default_rng(1).random(600) < 0.1
+    every = trees.walk(tree, tree, eps2, 0.5, same=True, rate=True)
+    some = trees.walk(tree, tree, eps2, 0.5, same=True, rate=True, active=active)
+    np.testing.assert_array_equal(some[:, active], every[:, active])
+    assert not some[:, ~active].any()
+    np.testing.assert_array_equal(trees.walk(tree, tree, eps2, 0.5, same=True)[:3],
+                                  trees.walk(tree, tree, eps2, 0.5, same=True, rate=False,
+                                             active=None))
+    direct = cpu.accel_rate_tile(*position, mass, np.arange(600), *position, mass, eps2,
+                                 False)
+    assert (every[3] <= direct[3] * (1 + 1e-5)).all() and np.median(every[3] / direct[3]) > 0.9
+    one_leaf = trees.build(position, mass, 600)
+    np.testing.assert_allclose(trees.walk(one_leaf, one_leaf, eps2, 0.5, same=True,
+                                          rate=True), direct,
+                               rtol=1e-4 if dtype == np.float32 else 1e-10)
+
+
+@pytest.mark.parametrize("tile_size", [None, 100])
+def test_the_tree_takes_individual_steps_as_direct_summation_does(client, tile_size):
+    """The tree's blocks (one tile in one task, or 3 tiles of a graph per tick) follow direct
+    summation's to the tree's force error, with as much work and no more energy error."""
+    ds = nbody_dask.hernquist(300, seed=4)
+    kw = dict(_RUN, steps=4, snapshot_every=2, timestep="individual", eta=0.1, time_bins=4,
+              dtype="float64", client=client)
+    direct = nbody_dask.simulate(ds, method="direct", tile_size=100, **kw)
+    tree = nbody_dask.simulate(ds, method="tree", theta=0.3, leaf_size=8,
+                               tile_size=tile_size, **kw)
+    assert tree.attrs["method"] == "tree" and tree.time_bin.values.max() >= 3
+    np.testing.assert_allclose(tree.position.values, direct.position.values, atol=3e-3)
+    np.testing.assert_allclose(tree.force_evaluations.values,
+                               direct.force_evaluations.values, rtol=0.05)
+    error = abs(tree.total_energy.values[-1] / tree.total_energy.values[0] - 1)
+    assert error < 2 * abs(direct.total_energy.values[-1] / direct.total_energy.values[0] - 1)
+
+
 def test_the_cli_runs_individual_steps(tmp_path):
     from click.testing import CliRunner
 
@@ -282,14 +345,15 @@ def test_momentum_drift_stays_small(client):
 
 
 @pytest.mark.slow
-def test_bit_identical_across_workers_and_threads(client):
+@pytest.mark.parametrize("method", ["direct", "tree"])
+def test_bit_identical_across_workers_and_threads(client, method):
     """3 tiles, the ticks planned from fetched bin counts, on one worker of 2 threads and on
     2 worker processes of one thread each: the same bits."""
     from distributed import Client, LocalCluster
 
     ds = nbody_dask.hernquist(300, seed=7)
     kw = dict(_RUN, steps=4, snapshot_every=2, timestep="individual", eta=0.02,
-              time_bins=5, tile_size=100)
+              time_bins=5, tile_size=100, method=method)
     runs = [nbody_dask.simulate(ds, client=client, **kw)]
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as c:

@@ -20,7 +20,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from .cpu import accel_potential_tile, accel_tile
+from .cpu import accel_potential_tile, accel_rate_tile, accel_tile
 from .law import JIT_OPTIONS as _JIT
 from .law import inverse_distance, reciprocal_sqrt
 from .octree import TileTree, build
@@ -138,25 +138,29 @@ def moment_table(mass, com, quad, dtype):
 
 
 @njit(**_JIT)
-def _group_forces(targets, lo, hi, sources, eps2, table, moments, own, rows, scratch,
-                  buffer):
-    """Forces on the targets ``lo:hi`` (a leaf of the target tree) by one walk of the
-    source tree (``targets``, ``sources``: :attr:`TileTree.targets`, :attr:`TileTree.
-    sources`).
+def _group_forces(gx, gy, gz, gm, sphere, sources, eps2, table, moments, own, rows,
+                  scratch, buffer, rate):
+    """Forces on a group of targets (positions ``gx, gy, gz``, masses ``gm``: a leaf of the
+    target tree, or its active bodies) by one walk of the source tree (``sources``:
+    :attr:`TileTree.sources`) for the group's ``sphere`` (:func:`group_sphere` of the
+    whole leaf).
 
-    ``own`` is the source cell that is this very leaf (same tree), or -1: its bodies' self
-    terms are left out of the potential. ``table`` is the source cells' :func:`walk_table`;
-    ``moments`` (cells, 10) holds their mass, centre of mass and quadrupole in the run's
-    dtype, for the M2P kernel. ``scratch`` is ``(accepted, opened, gathered)``: int64 slots
-    for the accepted and the opened cells and a (10, cells) array in the run's dtype;
-    ``buffer`` (4, k) too. Returns the result (``rows``, hi - lo) and the buffer (grown if
-    it was too small).
+    ``own`` is the source cell that is this very leaf, whole (same tree), or -1: its bodies'
+    self terms are left out of the potential. ``table`` is the source cells'
+    :func:`walk_table`; ``moments`` (cells, 10) holds their mass, centre of mass and
+    quadrupole in the run's dtype, for the M2P kernel. ``scratch`` is ``(accepted, opened,
+    gathered)``: int64 slots for the accepted and the opened cells and a (10, cells) array in
+    the run's dtype; ``buffer`` (4, k) too. With ``rate`` a last row holds the sum of the
+    squared pairwise rates of the bodies the walk sums directly (P2P,
+    :func:`~nbody_dask.kernels.cpu.accel_rate_tile`); accepted cells add nothing to it.
+    Returns the result (``rows`` (+ 1), targets) and the buffer (grown if it was too small).
+    Each target's terms do not depend on the group's other targets.
     """
-    tx, ty, tz = targets[0], targets[1], targets[2]
     x, y, z, m, start, end, skip, leaf = sources[:8]
     accepted, opened, gathered = scratch
     cells = start.shape[0]
-    gcx, gcy, gcz, radius = group_sphere(tx, ty, tz, lo, hi)
+    nt = gx.shape[0]
+    gcx, gcy, gcz, radius = sphere
     n_acc = n_open = n_src = 0
     first = -1  # where the group's own bodies start in the gathered list
     k = 0
@@ -183,20 +187,28 @@ def _group_forces(targets, lo, hi, sources, eps2, table, moments, own, rows, scr
         for i in range(start[c], end[c]):
             buffer[0, p], buffer[1, p], buffer[2, p], buffer[3, p] = x[i], y[i], z[i], m[i]
             p += 1
-    if rows == 4:
-        part = accel_potential_tile(tx[lo:hi], ty[lo:hi], tz[lo:hi], buffer[0, :p],
-                                    buffer[1, :p], buffer[2, :p], buffer[3, :p], eps2,
-                                    first >= 0, max(first, 0))
+    if rate:
+        mine = np.full(nt, -1, dtype=np.int64)
+        if first >= 0:
+            for i in range(nt):
+                mine[i] = first + i
+        part = accel_rate_tile(gx, gy, gz, gm, mine, buffer[0, :p], buffer[1, :p],
+                               buffer[2, :p], buffer[3, :p], eps2, rows == 4)
+    elif rows == 4:
+        part = accel_potential_tile(gx, gy, gz, buffer[0, :p], buffer[1, :p],
+                                    buffer[2, :p], buffer[3, :p], eps2, first >= 0,
+                                    max(first, 0))
     else:
-        part = accel_tile(tx[lo:hi], ty[lo:hi], tz[lo:hi], buffer[0, :p], buffer[1, :p],
-                          buffer[2, :p], buffer[3, :p], eps2)
+        part = accel_tile(gx, gy, gz, buffer[0, :p], buffer[1, :p], buffer[2, :p],
+                          buffer[3, :p], eps2)
     # M2P: the accepted cells' moments, gathered into contiguous rows (no allocation)
-    accepted_m2p(tx, ty, tz, lo, hi, moments, accepted, n_acc, gathered, eps2, part)
+    accepted_m2p(gx, gy, gz, 0, nt, moments, accepted, n_acc, gathered, eps2, part[:rows])
     return part, buffer
 
 
 @njit(parallel=True, **_JIT)
-def walk_sorted(targets, sources, eps2, theta, with_potential, same, chunks):
+def walk_sorted(targets, sources, eps2, theta, with_potential, same, chunks,
+                target_mass=None, rate=False, active=None):
     """Forces (G = 1) on the bodies of a target tree by the bodies of a source tree, one group
     walk per target leaf.
 
@@ -209,14 +221,24 @@ def walk_sorted(targets, sources, eps2, theta, with_potential, same, chunks):
     are cut into ``chunks`` runs, one parallel iteration each, with its own scratch; every
     target is computed by one thread in a fixed order, so the result is the same for any
     number of threads. Returns shape (3, nt), or (4, nt) with the potential in row 3, in the
-    targets' sorted order and the run's dtype.
+    targets' sorted order and the run's dtype; with ``rate`` a last row holds the pairs'
+    rates of the directly summed sources (:func:`_group_forces`; ``target_mass``: the
+    target tree's masses, :attr:`TileTree.m`). With ``active`` (bool, the targets' sorted
+    order) only the active targets are computed (the other columns stay zero), each exactly
+    as without it: a group with no active body does not walk, a group with some walks for
+    them alone; not with ``with_potential``.
     """
-    tx, tstart, tend, tleaf = targets[0], targets[3], targets[4], targets[5]
+    tx, ty, tz, tstart, tend, tleaf = targets
     mass, com, quad, bmax, acceptable = sources[8:]
     nt = tx.shape[0]
     dtype = tx.dtype
     rows = 4 if with_potential else 3
-    out = np.zeros((rows, nt), dtype=dtype)
+    out = np.zeros((rows + 1 if rate else rows, nt), dtype=dtype)
+    masses = tx if target_mass is None else target_mass  # (read only with ``rate``)
+    if active is None:
+        flags = np.ones(nt, dtype=np.bool_)
+    else:
+        flags = active
     if nt == 0 or sources[0].shape[0] == 0:
         return out
     cells = mass.shape[0]
@@ -235,23 +257,44 @@ def walk_sorted(targets, sources, eps2, theta, with_potential, same, chunks):
         for g in range(chunk * n_groups // chunks, (chunk + 1) * n_groups // chunks):
             cell = groups[g]
             lo, hi = tstart[cell], tend[cell]
-            part, buffer = _group_forces(targets, lo, hi, sources, eps2, table, moments,
-                                         cell if same else -1, rows, scratch, buffer)
-            out[:, lo:hi] = part
+            sphere = group_sphere(tx, ty, tz, lo, hi)
+            count = hi - lo if with_potential else np.count_nonzero(flags[lo:hi])
+            if count == hi - lo:
+                part, buffer = _group_forces(tx[lo:hi], ty[lo:hi], tz[lo:hi],
+                                             masses[lo:hi], sphere, sources, eps2, table,
+                                             moments, cell if same else -1, rows, scratch,
+                                             buffer, rate)
+                out[:, lo:hi] = part
+            elif count > 0:  # the group's active bodies, gathered
+                picked = np.flatnonzero(flags[lo:hi]) + lo
+                part, buffer = _group_forces(tx[picked], ty[picked], tz[picked],
+                                             masses[picked], sphere, sources, eps2, table,
+                                             moments, -1, rows, scratch, buffer, rate)
+                for r in range(part.shape[0]):
+                    for t in range(count):
+                        out[r, picked[t]] = part[r, t]
     return out
 
 
 def walk(target: TileTree, source: TileTree, eps2: Any, theta: float,
-         with_potential: bool = False, same: bool = False) -> np.ndarray:
+         with_potential: bool = False, same: bool = False, rate: bool = False,
+         active: np.ndarray | None = None) -> np.ndarray:
     """Forces (G = 1) on the bodies of ``target`` by those of ``source``, in the target's
-    input order: shape (3, n) or, ``with_potential``, (4, n) with the potential in row 3.
+    input order: shape (3, n) or, ``with_potential``, (4, n) with the potential in row 3;
+    with ``rate`` a last row holds the sum of the squared pairwise rates of the pairs the
+    walk sums directly (individual time steps' pairwise criterion; the accepted cells'
+    pairs, at least ``b_max / theta`` away, add terms falling as ``r^-6`` and are left out).
 
     ``eps2`` is the squared softening in the bodies' dtype; ``same`` says ``source`` is
-    ``target`` (the self terms are then left out of the potential). Runs on the calling
+    ``target`` (the self terms are then left out of the potential). ``active`` (bool, the
+    target's input order; not with ``with_potential``) computes those targets alone, each
+    exactly as without it, and leaves the others' columns zero. Runs on the calling
     thread's Numba threads (``numba.set_num_threads``); the result does not depend on them.
     """
+    flags = None if active is None else np.ascontiguousarray(active[target.order])
     sorted_out = walk_sorted(target.targets, source.sources, eps2, float(theta),
-                             bool(with_potential), bool(same), 8 * numba.get_num_threads())
+                             bool(with_potential), bool(same), 8 * numba.get_num_threads(),
+                             target.m, bool(rate), flags)
     out = np.empty_like(sorted_out)
     out[:, target.order] = sorted_out
     return out

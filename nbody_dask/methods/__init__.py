@@ -29,6 +29,10 @@ The interface (:class:`ForceMethod`) has a planning half, pure arithmetic on a
   the rest (the tree's near/far classification) yields a :class:`~nbody_dask.graph.Piece`
   and gets back futures and the fetched value. It carries state from one step to the next
   (a :class:`CarriedState`, or None);
+* a method that runs individual time steps (:attr:`~ForceMethod.individual_steps`,
+  :mod:`nbody_dask.blocksteps`) adds a tick's force tasks on its active tiles
+  (:meth:`~ForceMethod.tick_forces`), with what it builds once a block
+  (:meth:`~ForceMethod.open_block`: the tree's trees);
 * a method whose tasks can fail in a way it knows how to avoid lists those exceptions in
   :attr:`~ForceMethod.fallback_errors`; :meth:`~ForceMethod.fallback_start` names the step
   from which the driver re-runs (from the last committed snapshot) with the method's
@@ -42,7 +46,7 @@ before use, for a method of one's own); see "Adding a force method" in docs/user
 from __future__ import annotations
 
 import importlib
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -83,11 +87,14 @@ class ForceMethod:
         stored as store attributes and shown by :meth:`describe`.
     fallback_errors : tuple of exception types
         Errors of its tasks that :meth:`fallback_start` handles.
+    individual_steps : bool
+        Whether it runs ``timestep="individual"`` (:meth:`open_block`, :meth:`tick_forces`).
     """
 
     name: str = ""
     parameters: tuple[str, ...] = ()
     fallback_errors: tuple[type[BaseException], ...] = ()
+    individual_steps: bool = False
 
     # -- planning: pure arithmetic on a plan ----------------------------------------------------
 
@@ -126,6 +133,25 @@ class ForceMethod:
         the tiles at ``ev.step``, drifted) and the tasks that close each tile; return the
         graph still to submit, the closed tiles' keys and the state for the next step.
         ``state`` is what the last evaluation returned (None at the start of a run)."""
+        raise NotImplementedError
+
+    def open_block(self, plan: Plan, dsk: Graph, name: Callable[..., str],
+                   tiles: list) -> list:
+        """Add to ``dsk`` what the ticks of a block of individual time steps share (keys
+        from ``name(stage, tile)``), built from ``tiles`` (every body synchronised at the
+        block's start); return their keys (none by default)."""
+        return []
+
+    def tick_forces(self, plan: Plan, dsk: Graph, name: Callable[..., str],
+                    sources: list[tuple[Any, float]], drifted: dict[int, Any], tick: Any,
+                    forces: Any, block: list) -> dict[int, list[str]]:
+        """Add to ``dsk`` the partial forces of one tick of individual time steps on the
+        bodies active in the tiles ``drifted`` (tile number -> key of the tile drifted to
+        the tick), due to every tile ``j``: ``sources[j]`` is its key and the drift factor
+        that takes it to the tick. ``tick`` and ``forces`` are the tasks' :class:`~nbody_dask.
+        tasks.Tick` and :class:`~nbody_dask.tasks.Forces`, ``block`` what :meth:`open_block`
+        returned (futures). Return, per active tile, its partials' keys in source order
+        (each with the rows :func:`~nbody_dask.integrators.close_block` reads)."""
         raise NotImplementedError
 
     def fallback_start(self, plan: Plan, error: BaseException) -> int | None:

@@ -20,7 +20,9 @@ kernel, with ``2 T + sqrt(T)`` tasks a step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from .. import tasks
 from ..graph import Evaluation, Graph, close_targets, reduce_in_order
@@ -34,6 +36,7 @@ class Direct(ForceMethod):
     """Exact direct summation (:mod:`nbody_dask.methods.direct`)."""
 
     name = "direct"
+    individual_steps = True
 
     def check(self, plan: Plan) -> None:
         if plan.periodic and plan.layout == "rows":
@@ -75,6 +78,19 @@ class Direct(ForceMethod):
         if plan.periodic:
             return f"forces by Ewald sums in a periodic box of side {plan.box_size} (exact)"
         return "forces by direct summation (exact)"
+
+    def tick_forces(self, plan: Plan, dsk: Graph, name: Callable[..., str],
+                    sources: list[tuple[Any, float]], drifted: dict[int, Any], tick: Any,
+                    forces: Any, block: list) -> dict[int, list[str]]:
+        """A kernel call per (active tile, source tile): the source drifted inside the task
+        (:func:`~nbody_dask.tasks.active_pair_forces`)."""
+        parts = {}
+        for i, target in drifted.items():
+            parts[i] = [name("bpair", i, j) for j in range(len(sources))]
+            for j, (source, drift) in enumerate(sources):
+                dsk[parts[i][j]] = (tasks.active_pair_forces, target, source, drift, tick,
+                                    forces, plan.backend)
+        return parts
 
     def evaluate(self, ev: Evaluation, dsk: Graph, tiles: list, state: None):
         yield from ()  # the graph never depends on data

@@ -29,6 +29,7 @@ instead of ``T`` times the near tiles.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +64,7 @@ class Tree(ForceMethod):
     name = "tree"
     parameters = ("theta", "leaf_size")
     fallback_errors = (FarFieldError,)
+    individual_steps = True
 
     def check(self, plan: Plan) -> None:
         if plan.periodic:
@@ -79,7 +81,8 @@ class Tree(ForceMethod):
         return super().settle(plan, threads, workers, "cpu")
 
     def reorders(self, plan: Plan) -> bool:
-        return plan.n_tiles > 1  # spatial tiles, re-cut along the Morton curve
+        # spatial tiles, re-cut along the Morton curve (individual time steps: body order)
+        return plan.n_tiles > 1 and not plan.individual
 
     def tasks_per_step(self, plan: Plan) -> int:
         t = plan.n_tiles
@@ -99,6 +102,38 @@ class Tree(ForceMethod):
         if plan.near_far:
             tiles += " (far tile pairs from tree summaries)"
         return f"forces by the tree, theta={plan.theta}, leaf_size={plan.leaf_size}, {tiles}"
+
+    def open_block(self, plan: Plan, dsk: Graph, name: Callable[..., str],
+                   tiles: list) -> list:
+        """Each tile's tree at the block's start; the ticks refit it to their positions."""
+        trees = [name("btree", i) for i in range(len(tiles))]
+        for tree, tile in zip(trees, tiles, strict=True):
+            dsk[tree] = (tasks.tile_tree, tile, plan.leaf_size, None)
+        return trees
+
+    def tick_forces(self, plan: Plan, dsk: Graph, name: Callable[..., str],
+                    sources: list[tuple[Any, float]], drifted: dict[int, Any], tick: Any,
+                    forces: Any, block: list) -> dict[int, list[str]]:
+        """Every tile's block tree refit to the tick (:func:`~nbody_dask.tasks.
+        drifted_tree`; where every body is synchronised, a run's first evaluation and a
+        block's end, trees built afresh: so a resume, which starts there, computes the same
+        bits) and a walk per (active tile, source tile), for the active bodies alone
+        (:func:`~nbody_dask.tasks.active_tree_pair_forces`)."""
+        walk = tasks.Walk(forces, plan.theta, tick.threads)
+        trees = [name("btick", j) for j in range(len(sources))]
+        synchronised = tick.initial or tick.tick == tick.bins.ticks
+        for j, (source, drift) in enumerate(sources):
+            if synchronised:  # every tile drifted: trees built afresh, as a resume builds
+                dsk[trees[j]] = (tasks.tile_tree, source, plan.leaf_size, None)
+            else:
+                dsk[trees[j]] = (tasks.drifted_tree, block[j], source, drift)
+        parts = {}
+        for i, target in drifted.items():
+            parts[i] = [name("bwalk", i, j) for j in range(len(sources))]
+            for j, tree in enumerate(trees):
+                dsk[parts[i][j]] = (tasks.active_tree_pair_forces, target, trees[i], tree,
+                                    tick, walk, i == j)
+        return parts
 
     def fallback_start(self, plan: Plan, error: BaseException) -> tuple[int, str] | None:
         step = getattr(error, "step", None)
