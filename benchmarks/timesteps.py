@@ -2,12 +2,13 @@
 
     python benchmarks/timesteps.py [--ic hernquist|merger] [--n 16384] [--t-end 5.66]
         [--global-dt 512 1024 2048] [--eta 0.04 0.02 0.01] [--criterion pairwise]
-        [--json out.json]
+        [--method direct|tree] [--theta 0.5] [--json out.json]
 
 One set of initial conditions (a Hernquist sphere, or two of half the mass on a bound orbit),
 float32, Plummer softening ``--softening``, direct summation on the default local cluster
 (one tile: the global step runs fused with the symmetric kernel, the individual steps as
-fused blocks with the parallel kernel). The global step runs at ``dt = 1 / k`` for each ``k``
+fused blocks with the parallel kernel), or with ``--method tree`` the tree (``--theta``; one
+tile: a tree and its walk a step, or fused blocks whose tree is refit at every tick). The global step runs at ``dt = 1 / k`` for each ``k``
 of ``--global-dt``; the individual steps at each ``eta`` with blocks of ``--block`` and
 ``--bins`` bins. For every run: the wall time, force evaluations per body, the largest
 relative energy error over the snapshots (every 1/8 time unit), the momentum drift and the
@@ -70,6 +71,9 @@ def main() -> None:
     parser.add_argument("--criterion", default="pairwise")
     parser.add_argument("--block", type=int, default=16, help="blocks of dt = 1 / k")
     parser.add_argument("--bins", type=int, default=10)
+    parser.add_argument("--method", choices=("direct", "tree"), default="direct")
+    parser.add_argument("--theta", type=float, default=None, help="the tree's (default: "
+                        "the configured one)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
@@ -81,8 +85,12 @@ def main() -> None:
            "dtype": "float32", "machine": f"{platform.processor() or platform.machine()}, "
                                           f"{__import__('os').cpu_count()} cores",
            "global": {}, "individual": {}}
-    common = dict(softening=args.softening, dtype="float32", method="direct",
+    common = dict(softening=args.softening, dtype="float32", method=args.method,
                   progress=False)
+    if args.method == "tree":
+        common["theta"] = args.theta
+        out["theta"] = args.theta or nbody_dask.config.get("theta")
+    out["method"] = args.method
     with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, \
             Client(cluster) as client:
         nbody_dask.simulate(bodies, steps=2, dt=1 / 64, client=client, **common)  # warm up
