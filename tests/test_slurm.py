@@ -18,7 +18,8 @@ from distributed import Client, LocalCluster
 import nbody_dask
 from nbody_dask.storage import committed_snapshots
 
-pytestmark = pytest.mark.slurm
+# one at a time (in one test process): each fills the single node's cores
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm")]
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "slurm"
 
