@@ -4,19 +4,19 @@
         [--global-dt 512 1024 2048] [--eta 0.04 0.02 0.01] [--criterion pairwise]
         [--method direct|tree] [--theta 0.5] [--json out.json]
 
-One set of initial conditions (a Hernquist sphere, or two of half the mass on a bound orbit),
-float32, Plummer softening ``--softening``, direct summation on the default local cluster
-(one tile: the global step runs fused with the symmetric kernel, the individual steps as
-fused blocks with the parallel kernel), or with ``--method tree`` the tree (``--theta``; one
-tile: a tree and its walk a step, or fused blocks whose tree is refit at every tick). The global step runs at ``dt = 1 / k`` for each ``k``
-of ``--global-dt``; the individual steps at each ``eta`` with blocks of ``--block`` and
-``--bins`` bins. For every run: the wall time, force evaluations per body, the largest
-relative energy error over the snapshots (every 1/8 time unit), the momentum drift and the
-10/50/90% Lagrangian radii at the end against the most accurate global run. Then, for each
-individual run, the global step that reaches the same energy error (interpolated in log-log
-between the global runs) and its wall time and evaluations: the ratios are the savings at
-equal accuracy. The crossing time of a Hénon-unit system is 2 sqrt(2) ≈ 2.83.
-"""
+One set of initial conditions (a Hernquist sphere, or two of half the mass on a bound
+orbit), float32, Plummer softening ``--softening``, direct summation on the default local
+cluster (one tile: the global step runs fused with the symmetric kernel, the individual
+steps as fused blocks with the parallel kernel), or with ``--method tree`` the tree
+(``--theta``; one tile: a tree and its walk a step, or fused blocks whose tree is refit at
+every tick). The global step runs at ``dt = 1 / k`` for each ``k`` of ``--global-dt``; the
+individual steps at each ``eta`` with blocks of ``--block`` and ``--bins`` bins. For every
+run: the wall time, force evaluations per body, the largest relative energy error over the
+snapshots (every 1/8 time unit), the momentum drift and the 10/50/90% Lagrangian radii at
+the end against the most accurate global run. Then, for each individual run, the global step
+that reaches the same energy error (interpolated in log-log between the global runs) and its
+wall time and evaluations: the ratios are the savings at equal accuracy. The crossing time
+of a Hénon-unit system is 2 sqrt(2) ≈ 2.83. """
 
 from __future__ import annotations
 

@@ -19,7 +19,8 @@ import xarray as xr
 
 from . import config
 from ._validate import check_real
-from .bodies import as_bodies, check_fits_dtype, resolve_dtype, wrap_positions
+from .bodies import (as_bodies, check_fits_dtype, check_values, is_lazy, lazy_bodies,
+                     resolve_dtype, wrap_positions)
 from .cosmology import as_cosmology, to_json
 from .lease import refuse_if_in_use
 from .location import StoreLocation, store_location
@@ -28,7 +29,7 @@ from .schema import stored_plan
 from .storage import check_store_path, open_trajectory
 from .units import code_value, declares_units
 
-__all__ = ["RunArguments", "fresh_start", "resume_point", "start_time"]
+__all__ = ["RunArguments", "fresh_start", "resume_point", "start_time", "check_on_cluster"]
 
 
 @dataclass(frozen=True)
@@ -215,7 +216,8 @@ def fresh_start(bodies: Any, store: Any, storage_options: dict | None, overwrite
     missing = [k for k, v in required if v is None]
     if missing:
         raise TypeError(f"simulate() needs {', '.join(missing)} (or resume=True with a store)")
-    ds = as_bodies(bodies)
+    lazy = is_lazy(bodies)
+    ds = lazy_bodies(bodies) if lazy else as_bodies(bodies)
     if args.G not in (None, 1) and declares_units(ds.attrs):
         raise ValueError(f"G={args.G!r}: the bodies are in physical units, whose code units "
                          "set G = 1 (nbody_dask.units); leave G out")
@@ -223,14 +225,26 @@ def fresh_start(bodies: Any, store: Any, storage_options: dict | None, overwrite
     t0 = start_time(bodies)
     plan = args.plan(ds.sizes["body"], a_start=t0 if args.cosmology is not None else None)
     t0 = 0.0 if t0 is None else t0
-    check_fits_dtype(ds, plan.dtype, dt=plan.dt, softening=plan.softening, G=plan.G,
-                     dt_half=0.5 * plan.dt, softening_squared=plan.softening**2,
-                     **({} if plan.box_size is None else {"box_size": plan.box_size}))
-    ds = wrap_positions(ds, plan.box_size)
+    if not lazy:  # a lazy body set's values are checked on the cluster (check_on_cluster)
+        ds = check_on_cluster(ds, plan)
     if store is None and storage_options is not None:
         raise ValueError("storage_options are for store=<an object-store URL>; no store given")
     path = None if store is None else check_store_path(store, overwrite, storage_options)
     return plan, path, ds, t0
+
+
+def check_on_cluster(ds: xr.Dataset, plan: Plan) -> xr.Dataset:
+    """The checks of a body set's values that a lazy one (:func:`~nbody_dask.bodies.
+    is_lazy`) gets once its cluster is up, before anything is written (a few numbers of the
+    bodies, computed by the cluster): finite values and masses (a set in memory had them in
+    :func:`~nbody_dask.bodies.as_bodies`), what the run's dtype holds; then the positions
+    wrapped into a periodic box (lazily for a lazy set)."""
+    if is_lazy(ds):
+        check_values(ds)
+    check_fits_dtype(ds, plan.dtype, dt=plan.dt, softening=plan.softening, G=plan.G,
+                     dt_half=0.5 * plan.dt, softening_squared=plan.softening**2,
+                     **({} if plan.box_size is None else {"box_size": plan.box_size}))
+    return wrap_positions(ds, plan.box_size)
 
 
 def _with_bodies_cosmology(args: RunArguments, attrs: dict[str, Any]) -> RunArguments:

@@ -17,11 +17,12 @@ only the *active* tiles (those holding such a body) get tasks:
   the active bodies' closing half-kicks, their new bins, their next opening half-kicks.
 
 So a tick costs ``A (T + 2 + combines)`` tasks for ``A`` active tiles of ``T`` (the tree
-adds a refit per tile and a target tree per active tile): proportional to the active tiles. Which tiles are active at a tick follows from how many bodies each of
-their bins holds; bins change only where a tile is active, so after each tick the builder
-fetches the new counts of the tiles it closed (a few integers a tile) and plans the next
-tick from them: the graph depends only on data that the same inputs reproduce, so runs
-stay bit-identical on any cluster and after a resume.
+adds a refit of every tile's tree): proportional to the active tiles.
+Which tiles are active at a tick follows from how many bodies each of their bins holds; bins
+change only where a tile is active, so after each tick the builder fetches the new counts of
+the tiles it closed (a few integers a tile) and plans the next tick from them: the graph
+depends only on data that the same inputs reproduce, so runs stay bit-identical on any
+cluster and after a resume.
 
 A one-tile system runs its blocks in one task (:func:`fused_blocks`): the same graphs,
 executed in place, without a round trip per tick.
@@ -160,7 +161,7 @@ def block_pieces(plan: Plan, token: str, tiles: Sequence, counts: Counts, first:
             tiles[i] = key(token, "bopen", step, i)
             dsk[tiles[i]] = (tasks.open_tile_block, tile, bins)
         block = plan.force_method.open_block(
-            plan, dsk, lambda stage, *index: key(token, stage, step, *index), tiles)
+            plan, dsk, lambda stage, *index, step=step: key(token, stage, step, *index), tiles)
         last_tick, tick = [0] * len(tiles), 0
         while tick < bins.ticks:
             tick = next_tick(counts, tick)

@@ -22,7 +22,8 @@ import xarray as xr
 from .plan import tile_bounds
 
 __all__ = ["make_bodies", "as_bodies", "Tile", "split_tiles", "resolve_dtype",
-           "check_fits_dtype", "wrap", "wrap_positions"]
+           "check_fits_dtype", "wrap", "wrap_positions", "is_lazy", "lazy_bodies",
+           "check_values", "make_tile"]
 
 AXES = ("x", "y", "z")
 _DTYPES = {"float32": np.float32, "float64": np.float64}
@@ -179,6 +180,78 @@ def as_bodies(bodies: Any) -> xr.Dataset:
     return ds
 
 
+def is_lazy(bodies: Any) -> bool:
+    """Whether ``bodies`` is a Dataset whose positions or velocities are Dask arrays
+    (:func:`nbody_dask.cosmological_ics`, ``xr.open_zarr`` of a body set or a snapshot):
+    :func:`lazy_bodies` checks it without loading it, the workers build their tiles from it
+    (:func:`make_tile`)."""
+    return isinstance(bodies, xr.Dataset) and all(
+        name in bodies for name in ("position", "velocity", "mass")) and any(
+        bodies[name].chunks is not None for name in ("position", "velocity"))
+
+
+def lazy_bodies(bodies: xr.Dataset) -> xr.Dataset:
+    """Check a body set held as Dask arrays (:func:`is_lazy`) as :func:`as_bodies` does,
+    without computing it: variables, dims, dtypes and shapes here; the values (finite,
+    masses) by :func:`check_values` once a cluster computes a few numbers of them. Returns
+    the float64 Dataset of Dask arrays, with its ids, attributes and scalar ``time``."""
+    import dask.array as da
+
+    missing = [k for k in ("position", "velocity", "mass") if k not in bodies]
+    if missing:
+        raise ValueError(f"bodies is missing variable(s) {missing}; it needs position(body, "
+                         "axis), velocity(body, axis) and mass(body), has "
+                         f"{sorted(map(str, bodies.data_vars))}")
+    for name, dims in (("position", ("body", "axis")), ("velocity", ("body", "axis")),
+                       ("mass", ("body",))):
+        if bodies[name].dims != dims:
+            raise ValueError(f"bodies.{name} must have dims {dims}, got {bodies[name].dims}")
+        dtype = bodies[name].dtype
+        if dtype.kind not in "iuf":
+            raise TypeError(f"{name} must hold real numbers, got dtype {dtype}")
+    if "axis" in bodies.coords and [str(a).lower() for a in bodies["axis"].values] != list(AXES):
+        raise ValueError(f"bodies' axis labels must be {list(AXES)} in this order for a lazy "
+                         f"body set, got {list(bodies['axis'].values)}")
+    data = {name: da.asarray(bodies[name].data).astype(np.float64)
+            for name in ("position", "velocity", "mass")}
+    _check_shapes(data["position"], data["velocity"], data["mass"])
+    n = data["position"].shape[0]
+    ids = np.arange(n) if "body" not in bodies.coords else _check_ids(bodies["body"].values, n)
+    coords: dict[str, Any] = {"body": ids, "axis": list(AXES)}
+    if "time" in bodies.coords and bodies["time"].ndim == 0:
+        coords["time"] = bodies["time"].item()
+    return xr.Dataset(
+        {"position": (("body", "axis"), data["position"]),
+         "velocity": (("body", "axis"), data["velocity"]),
+         "mass": ("body", data["mass"])},
+        coords=coords, attrs=dict(bodies.attrs))
+
+
+def check_values(ds: xr.Dataset) -> None:
+    """Refuse non-finite values, negative masses and a total mass that is not positive, as
+    :func:`as_bodies` does; for a lazy body set, from a few numbers its cluster computes
+    (the default scheduler's: a run's client)."""
+    import dask
+
+    names = ("position", "velocity", "mass")
+    bad = {name: ~np.isfinite(ds[name].data) for name in names}
+    counts = dask.compute(*[bad[name].sum() for name in names],
+                          (ds["mass"].data < 0).sum(), ds["mass"].data.sum())
+    for name, count in zip(names, counts, strict=False):
+        if count:
+            flat = int(np.asarray(dask.compute(bad[name].ravel().argmax())[0]))
+            where = np.unravel_index(flat, bad[name].shape)
+            value = float(np.asarray(dask.compute(ds[name].data[where])[0]))
+            raise ValueError(f"{name} has {int(count)} non-finite value(s); first at index "
+                             f"{tuple(int(i) for i in where)}: {value!r}")
+    if counts[3]:
+        i = int(np.asarray(dask.compute((ds["mass"].data < 0).argmax())[0]))
+        value = float(np.asarray(dask.compute(ds["mass"].data[i])[0]))
+        raise ValueError(f"mass must be >= 0; body {i} has mass {value!r}")
+    if not float(counts[4]) > 0:
+        raise ValueError(f"total mass must be > 0, got {float(counts[4])!r}")
+
+
 def _axis_labels(value: Any) -> list | None:
     """The labels of the last axis of a DataFrame or DataArray, None for plain arrays."""
     if isinstance(value, xr.DataArray):
@@ -255,6 +328,9 @@ def wrap_positions(ds: xr.Dataset, box: float | None) -> xr.Dataset:
     every body is inside already."""
     if box is None:
         return ds
+    if ds["position"].chunks is not None:  # lazy: wrapped where the blocks are computed
+        return ds.assign(position=ds["position"].copy(
+            data=ds["position"].data.map_blocks(wrap, box, dtype=ds["position"].dtype)))
     position = ds["position"].values.astype(np.float64)
     wrapped = wrap(position, box)
     if np.array_equal(wrapped, position):
@@ -277,21 +353,28 @@ def check_fits_dtype(ds: xr.Dataset, dtype: Any, **scalars: float) -> None:
     ValueError
         Naming the quantity, its value and the dtype.
     """
+    import dask
+
     ftype = resolve_dtype(dtype)
     info = np.finfo(ftype)
     name = np.dtype(ftype).name
     reach = float(np.sqrt(info.max)) / 4
+    n = ds.sizes["body"]
+    # a few numbers of the bodies, in one pass (computed by the cluster for a lazy set)
+    largest = dict(zip(("position", "velocity", "mass"), dask.compute(
+        *[abs(ds[var].data).max() if n else 0.0 for var in ("position", "velocity", "mass")]),
+        strict=True))
     for var, limit in (("position", reach), ("velocity", float(info.max)),
                        ("mass", float(info.max))):
-        values = np.abs(ds[var].values)
-        if values.size and float(values.max()) > limit:
-            raise ValueError(f"{var} reaches {float(values.max())!r}, beyond what {name} "
+        if float(largest[var]) > limit:
+            raise ValueError(f"{var} reaches {float(largest[var])!r}, beyond what {name} "
                              f"holds (|{var}| <= {limit:.3g}); use dtype='float64' or "
                              f"rescale the units")
-    positions = ds["position"].values
-    if positions.shape[0] > 1:
-        extent = float((positions.max(axis=0) - positions.min(axis=0)).max())
-        spacing = extent / positions.shape[0] ** (1 / 3)
+    if n > 1:
+        high, low = dask.compute(ds["position"].data.max(axis=0),
+                                 ds["position"].data.min(axis=0))
+        extent = float((np.asarray(high) - np.asarray(low)).max())
+        spacing = extent / n ** (1 / 3)
         closest = 4 * float(info.max) ** (-1 / 3)
         if 0 < np.hypot(spacing, float(scalars.get("softening", 0.0))) < closest:
             raise ValueError(f"position spans only {extent!r} (mean spacing {spacing:.3g}): "
@@ -383,10 +466,16 @@ class Tile:
 
 def split_tiles(bodies: xr.Dataset, tile_size: int, dtype: type[np.floating]) -> list[Tile]:
     """Cut a validated body set into tiles of the run's dtype."""
-    pos = np.ascontiguousarray(bodies["position"].values.T, dtype=dtype)
-    vel = np.ascontiguousarray(bodies["velocity"].values.T, dtype=dtype)
-    mass = np.ascontiguousarray(bodies["mass"].values, dtype=dtype)
-    return [
-        Tile(lo, pos[:, lo:hi].copy(), vel[:, lo:hi].copy(), mass[lo:hi].copy())
-        for lo, hi in tile_bounds(pos.shape[1], tile_size)
-    ]
+    pos, vel, mass = (bodies[name].values for name in ("position", "velocity", "mass"))
+    return [make_tile(lo, pos[lo:hi], vel[lo:hi], mass[lo:hi], dtype)
+            for lo, hi in tile_bounds(pos.shape[0], tile_size)]
+
+
+def make_tile(start: int, position: np.ndarray, velocity: np.ndarray, mass: np.ndarray,
+              dtype: type[np.floating]) -> Tile:
+    """The tile of bodies ``start ..`` from their rows of a body set (``position`` and
+    ``velocity`` (n, 3), ``mass`` (n,)), in the run's dtype: what a worker builds of a lazy
+    body set, and :func:`split_tiles` of one in memory (the same bits)."""
+    return Tile(start, np.array(np.asarray(position).T, dtype=dtype, order="C"),
+                np.array(np.asarray(velocity).T, dtype=dtype, order="C"),
+                np.array(mass, dtype=dtype, order="C"))

@@ -22,14 +22,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import dask.array as da
 import numpy as np
 import xarray as xr
 import zarr
 
 from ._version import __version__
 from ._validate import check_new_file
-from .bodies import as_bodies, make_bodies
+from .bodies import as_bodies, is_lazy, lazy_bodies, make_bodies
 from .gadget import SUFFIXES, read_gadget, write_gadget
 from .location import store_location
 from .storage import check_store_path, consolidate_metadata, is_trajectory_store, open_trajectory
@@ -114,49 +113,34 @@ def load_bodies(path: str | os.PathLike, *, snapshot: int = -1,
 
 
 def _snapshot_bodies(ds: xr.Dataset, snapshot: int, where: str) -> xr.Dataset:
-    """Snapshot ``snapshot`` of ``ds`` (or ``ds`` itself without a time axis) as bodies."""
+    """Snapshot ``snapshot`` of ``ds`` (or ``ds`` itself without a time axis) as bodies: lazy
+    where ``ds`` is (a Zarr store: a run's workers read it into their tiles), else loaded and
+    the file closed."""
+    if "time" in ds.dims:
+        count = ds.sizes["time"]
+        if not -count <= snapshot < count:
+            ds.close()
+            raise ValueError(f"snapshot must be in [{-count}, {count - 1}] for "
+                             f"{where!r} ({count} snapshots), got {snapshot!r}")
+        ds = ds.isel(time=snapshot)
+        ds = ds.drop_vars([v for v in ds.data_vars if "body" not in ds[v].dims])
+    if is_lazy(ds):
+        return lazy_bodies(ds)
     with ds:
-        if "time" in ds.dims:
-            count = ds.sizes["time"]
-            if not -count <= snapshot < count:
-                raise ValueError(f"snapshot must be in [{-count}, {count - 1}] for "
-                                 f"{where!r} ({count} snapshots), got {snapshot!r}")
-            ds = ds.isel(time=snapshot)
-            ds = ds.drop_vars([v for v in ds.data_vars if "body" not in ds[v].dims])
         bodies = as_bodies(ds.load())
         if "time" in ds.coords and ds["time"].ndim == 0:
             bodies = bodies.assign_coords(time=ds["time"].item())
         return bodies
 
 
-def _is_lazy(bodies: Any) -> bool:
-    """A Dataset whose positions are a Dask array (not yet computed)."""
-    return isinstance(bodies, xr.Dataset) and "position" in bodies \
-        and isinstance(bodies["position"].data, da.Array)
-
-
 def _lazy_bodies(bodies: xr.Dataset) -> xr.Dataset:
-    """A lazy body set checked as far as it can be without computing it (variables, dims,
-    shapes); its values are checked chunk by chunk as they are computed."""
-    for name, dims in (("position", ("body", "axis")), ("velocity", ("body", "axis")),
-                       ("mass", ("body",))):
-        if name not in bodies:
-            raise ValueError(f"bodies is missing variable {name!r}")
-        if bodies[name].dims != dims:
-            raise ValueError(f"bodies.{name} must have dims {dims}, got {bodies[name].dims}")
-    n = bodies.sizes["body"]
-    if bodies.sizes.get("axis") != 3:
-        raise ValueError(f"bodies must have 3 axes, got {bodies.sizes.get('axis')}")
-    arrays = {}
-    for name in ("position", "velocity", "mass"):
-        data = da.asarray(bodies[name].data).astype(np.float64)
-        arrays[name] = (bodies[name].dims, data.map_blocks(_finite, name, dtype=np.float64))
-    coords = {"body": np.asarray(bodies["body"].values if "body" in bodies.coords
-                                 else np.arange(n)),
-              "axis": np.array(["x", "y", "z"], dtype=object)}
-    if "time" in bodies.coords and bodies["time"].ndim == 0:
-        coords["time"] = bodies["time"].item()
-    return xr.Dataset(arrays, coords=coords, attrs=dict(bodies.attrs))
+    """A lazy body set checked as far as it can be without computing it
+    (:func:`~nbody_dask.bodies.lazy_bodies`); its values are checked chunk by chunk as they
+    are computed."""
+    ds = lazy_bodies(bodies)
+    ds = ds.assign({name: ds[name].copy(data=ds[name].data.map_blocks(
+        _finite, name, dtype=np.float64)) for name in ("position", "velocity", "mass")})
+    return ds.assign_coords(axis=np.array(["x", "y", "z"], dtype=object))
 
 
 def _finite(block: np.ndarray, name: str) -> np.ndarray:
@@ -195,7 +179,7 @@ def save_bodies(bodies: xr.Dataset, path: str | os.PathLike, *, overwrite: bool 
                          "one, even with overwrite=True; remove it yourself if you mean to")
     if kind == "gadget":
         return write_gadget(bodies, path, overwrite=overwrite)
-    if kind == "zarr" and _is_lazy(bodies):
+    if kind == "zarr" and is_lazy(bodies):
         # a lazy body set (cosmological_ics) is written chunk by chunk where its arrays are
         # computed, on the cluster's workers: it never passes whole through this process
         check_store_path(path, overwrite)

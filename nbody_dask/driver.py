@@ -28,11 +28,12 @@ from distributed.scheduler import KilledWorker
 from . import config
 from .backends import cluster_backend
 from .blocksteps import block_pieces, fused_blocks, initial_block_pieces
-from .bodies import as_bodies, resolve_dtype, split_tiles
+from .bodies import is_lazy, lazy_bodies, resolve_dtype, split_tiles
 from .clusters import total_threads
 from .diagnostics import as_record
 from .integrators import canonical
-from .graph import Piece, fused_steps, initial_pieces, key, snapshot_graph, steps_pieces
+from .graph import (Piece, fused_steps, initial_pieces, key, lazy_tiles, snapshot_graph,
+                    steps_pieces)
 from .lease import WriterLease
 from .location import StoreLocation, describe_error, store_faults
 from .plan import Plan, submission_ends
@@ -173,10 +174,16 @@ class Driver:
             bodies = load_snapshot(self.path, index)
         self.token = run_token(bodies, plan, str(self.path), index)
         step = self.snapshot_steps[index]
-        tiles = split_tiles(bodies, plan.tile_size, resolve_dtype(plan.dtype))
-        if plan.comoving:  # the state carries momenta, snapshots peculiar velocities
-            tiles = [canonical(tile, plan.scale_factor(step)) for tile in tiles]
-        tiles = c.scatter(tiles, hash=False)
+        # a comoving run's state carries momenta, its snapshots peculiar velocities
+        scale = plan.scale_factor(step) if plan.comoving else None
+        if is_lazy(bodies):  # each worker builds its tiles from the bodies' Dask arrays
+            tiles = c.compute(lazy_tiles(bodies, plan.tile_size, resolve_dtype(plan.dtype),
+                                         scale))
+        else:
+            tiles = split_tiles(bodies, plan.tile_size, resolve_dtype(plan.dtype))
+            if scale is not None:
+                tiles = [canonical(tile, scale) for tile in tiles]
+            tiles = c.scatter(tiles, hash=False)
         self.evaluations = 0
         if plan.individual:  # self.state: the tiles' bin counts
             state, self.state = submit_pieces(c, initial_block_pieces(
@@ -269,9 +276,11 @@ def submit_pieces(client: Client, pieces: Generator[Piece, Any, Any]) -> Any:
 
 
 def load_snapshot(path: StoreLocation, index: int) -> xr.Dataset:
-    """Snapshot ``index`` of a store as a body set (exact: float32 survives the round trip)."""
-    snap = open_trajectory(path).isel(time=index)  # a damaged chunk is reported, not read
-    return as_bodies(snap[["position", "velocity", "mass"]].load(scheduler="synchronous"))
+    """Snapshot ``index`` of a store as a lazy body set (exact: float32 survives the round
+    trip), which the workers read into their tiles (:func:`~nbody_dask.graph.lazy_tiles`);
+    a damaged chunk is reported, not read."""
+    snap = open_trajectory(path).isel(time=index)
+    return lazy_bodies(snap[["position", "velocity", "mass"]])
 
 
 def run_token(*inputs: Any) -> str:

@@ -37,20 +37,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from dask import delayed
 
 from . import tasks
 from .accuracy import join_targets, pick_targets, reference_partial, sample_targets, \
     sampled_errors
-from .integrators import open_step
+from .bodies import make_tile
+from .integrators import canonical, open_step
 from .location import StoreLocation
-from .plan import Plan
+from .plan import Plan, tile_bounds
 from .spatial import (bounding_cube, cut_by_chunk, cut_by_splitters, key_sample, merge_by_id,
                       merge_parts, sample_stride, splitters, tile_boxes)
 
 __all__ = ["Graph", "Piece", "Evaluation", "key", "submit", "combine", "close_targets",
            "move_bodies", "body_order", "cube_key", "retile", "reduce_in_order",
            "initial_pieces", "steps_pieces", "initial_graph",
-           "steps_graph", "fused_steps", "snapshot_graph", "execute", "run_graph"]
+           "steps_graph", "fused_steps", "snapshot_graph", "execute", "run_graph",
+           "lazy_tiles"]
 
 Graph = dict[str, tuple]
 
@@ -369,4 +372,19 @@ def run_graph(dsk: Graph, inputs: dict[str, Any]) -> dict[str, Any]:
     for name, (func, *args) in dsk.items():
         values[name] = func(*map(resolve, args))
     return values
+
+
+def lazy_tiles(bodies: Any, tile_size: int, dtype: type[np.floating],
+               scale: float | None = None) -> list:
+    """Delayed tiles of a lazy body set (:func:`~nbody_dask.bodies.is_lazy`), each built by
+    a worker from its rows of the set's Dask arrays (:func:`~nbody_dask.bodies.make_tile`),
+    with canonical momenta for a comoving run at scale factor ``scale``: the bodies never
+    pass through the driver. The same tiles as :func:`~nbody_dask.bodies.split_tiles`."""
+    position, velocity, mass = (bodies[name].data for name in ("position", "velocity", "mass"))
+    tiles = []
+    for lo, hi in tile_bounds(position.shape[0], tile_size):
+        tile = delayed(make_tile, pure=True)(lo, position[lo:hi], velocity[lo:hi],
+                                             mass[lo:hi], dtype)
+        tiles.append(tile if scale is None else delayed(canonical, pure=True)(tile, scale))
+    return tiles
 

@@ -13,13 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import dask
 import xarray as xr
 from distributed import Client
 
 from . import config
 from ._validate import check_real
-from .arguments import RunArguments, fresh_start, resume_point
-from .bodies import resolve_dtype
+from .arguments import RunArguments, check_on_cluster, fresh_start, resume_point
+from .bodies import is_lazy, resolve_dtype
 from .clusters import client_context, dashboard_link
 from .driver import Driver, settle
 from .lease import WriterLease
@@ -79,7 +80,10 @@ def simulate(
     bodies : xarray.Dataset or Mapping
         Initial conditions: ``position(body, axis)``, ``velocity(body, axis)``, ``mass(body)``
         (see :func:`nbody_dask.make_bodies`). A snapshot of a trajectory works too; its
-        ``time`` coordinate, if scalar, becomes the start time. Not with ``resume``.
+        ``time`` coordinate, if scalar, becomes the start time. Not with ``resume``. Held as
+        Dask arrays (:func:`nbody_dask.cosmological_ics`, ``xr.open_zarr``) it never passes
+        through this process: the cluster checks its values (errors name them before
+        anything is written) and each worker builds its tiles from it.
     steps : int
         Number of steps (>= 0).
     dt : float or astropy.units.Quantity
@@ -297,7 +301,11 @@ def simulate(
             if show_progress:
                 print(f"nbody-dask: {describe_method(plan, method)}", file=sys.stderr)
             if not resume:
-                _create_store(path, ds, plan, t0, lease)
+                # a lazy body set: its values checked, its masses written by the cluster
+                with dask.config.set(scheduler=c):
+                    if is_lazy(ds):
+                        ds = check_on_cluster(ds, plan)
+                    _create_store(path, ds, plan, t0, lease)
             with progress_bar(show_progress, plan.steps) as report, stop_on_signals() as stop:
                 energy = EnergyBound(max_energy_error, path if resume else None)
                 on_complete = _reporter(report, energy.check, callback)

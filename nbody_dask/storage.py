@@ -213,6 +213,8 @@ def create_store(
     def lazy(shape, chunks, fill_dtype):
         return da.full(shape, np.nan, chunks=chunks, dtype=fill_dtype)
 
+    lazy_mass = bodies["mass"].chunks is not None
+
     optional = {}
     if force_errors:
         optional[_ERRORS] = (("time", "statistic"),
@@ -231,7 +233,9 @@ def create_store(
         {
             "position": (("time", "body", "axis"), lazy((n_snap, n, 3), state_chunks, dtype)),
             "velocity": (("time", "body", "axis"), lazy((n_snap, n, 3), state_chunks, dtype)),
-            "mass": ("body", bodies["mass"].values.astype(dtype)),
+            # a lazy body set's masses are written by the workers, below
+            "mass": ("body", lazy((n,), state_chunks[1:2], dtype) if lazy_mass
+                     else bodies["mass"].values.astype(dtype)),
             # Diagnostics are written now (NaN), so their chunk files exist before a disk can
             # fill up: committing later rewrites them in place.
             **{k: ("time", np.full(n_snap, np.nan)) for k in _SCALARS},
@@ -258,6 +262,8 @@ def create_store(
     for name, unit in (units or {}).items():
         ds[name].attrs["units"] = unit
     encoding = {name: {"chunks": state_chunks} for name in ("position", "velocity")}
+    if lazy_mass:
+        encoding["mass"] = {"chunks": state_chunks[1:2]}
     encoding.update({name: {"chunks": (diag_chunk,)} for name in _SCALARS})
     encoding.update({name: {"chunks": (diag_chunk, 3)} for name in _VECTORS})
     if force_errors:
@@ -276,6 +282,11 @@ def create_store(
         # _check_laid_out would then take for a lost chunk
         ds.to_zarr(store.zarr_store(), mode="a", compute=False, zarr_format=3,
                    consolidated=False, encoding=encoding, write_empty_chunks=True)
+        if lazy_mass:  # by the default scheduler's workers (a run's cluster)
+            mass = bodies["mass"].data.astype(dtype).rechunk(state_chunks[1:2])
+            xr.Dataset({"mass": ("body", mass)}).to_zarr(
+                store.zarr_store(), region={"body": slice(0, n)}, zarr_format=3,
+                consolidated=False, write_empty_chunks=True)
         root = zarr.open_group(store.zarr_store(), mode="r+", use_consolidated=False)
         root.create_group(_MARKER_GROUP, attributes={"committed": 0, "snapshots": n_snap})
         consolidate_metadata(store.zarr_store())  # no metadata changes after this

@@ -1,0 +1,94 @@
+"""Lazy body sets (Dask arrays: cosmological ICs, ``xr.open_zarr`` of a body set): checked
+and cut into tiles on the cluster, never gathered by the driver, the same bits as in
+memory."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import nbody_dask
+from nbody_dask.bodies import is_lazy, lazy_bodies
+
+_RUN = dict(steps=4, dt=1 / 64, softening=0.02, snapshot_every=2, tile_size=100,
+            progress=False)
+
+
+@pytest.fixture
+def never_gathered(monkeypatch):
+    """Any Dask-backed DataArray of more than 64 values read into the driver
+    (``.values``, ``np.asarray``) fails the test."""
+    values = xr.DataArray.values
+
+    def guarded(self):
+        if self.chunks is not None and self.size > 64:
+            raise AssertionError(f"{self.name} ({self.size} values) gathered by the driver")
+        return values.fget(self)
+
+    monkeypatch.setattr(xr.DataArray, "values", property(guarded, values.fset))
+    yield
+    monkeypatch.undo()
+
+
+def test_a_lazy_body_set_runs_as_the_same_set_in_memory(client, tmp_path, never_gathered):
+    bodies = nbody_dask.plummer(300, seed=1)
+    lazy = bodies.chunk({"body": 70})  # chunks that are not the tiles
+    assert is_lazy(lazy) and not is_lazy(bodies)
+    got = nbody_dask.simulate(lazy, store=tmp_path / "lazy.zarr", client=client, **_RUN)
+    want = nbody_dask.simulate(bodies, store=tmp_path / "memory.zarr", client=client, **_RUN)
+    for name in ("position", "velocity", "mass", "total_energy", "momentum"):
+        np.testing.assert_array_equal(got[name].load().data, want[name].load().data)
+
+
+def test_cosmological_ics_run_from_the_cluster_as_from_memory(client, tmp_path,
+                                                                never_gathered):
+    """A comoving TreePM run from the ICs' graph (canonical momenta made by the workers)
+    equals the run from the same ICs computed first."""
+    ics = nbody_dask.cosmological_ics(8, 100.0, "Planck18", z_start=20, seed=2)
+    kw = dict(steps=3, softening=0.5, snapshot_every=3, client=client, progress=False,
+              dtype="float32", method="treepm")
+    got = nbody_dask.simulate(ics, store=tmp_path / "lazy.zarr", **kw)
+    want = nbody_dask.simulate(ics.compute(), store=tmp_path / "memory.zarr", **kw)
+    for name in ("position", "velocity", "mass", "time"):
+        np.testing.assert_array_equal(got[name].load().data, want[name].load().data)
+
+
+@pytest.mark.parametrize("variable, index, value, match", [
+    ("mass", (5,), -1.0, "mass must be >= 0; body 5 has mass -1.0"),
+    ("position", (7, 1), np.nan, r"position has 1 non-finite value\(s\); first at index "
+                                 r"\(7, 1\): nan"),
+    ("velocity", (2, 0), np.inf, r"velocity has 1 non-finite value\(s\); first at index "
+                                 r"\(2, 0\): inf"),
+])
+def test_bad_values_of_a_lazy_set_are_named_before_anything_is_written(
+        client, tmp_path, variable, index, value, match):
+    bodies = nbody_dask.plummer(300, seed=1)
+    bodies[variable][index] = value
+    with pytest.raises(ValueError, match=match):
+        nbody_dask.simulate(bodies.chunk({"body": 70}), store=tmp_path / "bad.zarr",
+                            client=client, **_RUN)
+    assert not (tmp_path / "bad.zarr").exists()
+
+
+def test_a_lazy_set_is_checked_for_what_the_dtype_holds(client):
+    bodies = nbody_dask.plummer(100, seed=1)
+    bodies["velocity"][3, 2] = 1e39
+    with pytest.raises(ValueError, match=r"velocity reaches 1e\+39, beyond what float32"):
+        nbody_dask.simulate(bodies.chunk({"body": 30}), dtype="float32", client=client,
+                            **_RUN)
+
+
+def test_the_structure_of_a_lazy_set_is_checked_without_computing_it():
+    bodies = nbody_dask.plummer(50, seed=1).chunk({"body": 20})
+    with pytest.raises(ValueError, match="bodies.mass must have dims"):
+        lazy_bodies(bodies.assign(mass=(("body", "extra"), bodies.mass.data[:, None])))
+    with pytest.raises(TypeError, match="mass must hold real numbers, got dtype bool"):
+        lazy_bodies(bodies.assign(mass=bodies.mass > 0))
+    flat = xr.Dataset({"position": (("body", "axis"), bodies.position.data[:, :2]),
+                       "velocity": (("body", "axis"), bodies.velocity.data[:, :2]),
+                       "mass": ("body", bodies.mass.data)})
+    with pytest.raises(ValueError, match=r"position must have shape \(n, 3\), got \(50, 2\)"):
+        lazy_bodies(flat)
+    checked = lazy_bodies(bodies)
+    assert is_lazy(checked) and checked.position.dtype == np.float64
