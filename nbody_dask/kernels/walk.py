@@ -243,6 +243,12 @@ def walk_sorted(targets, sources, eps2, theta, with_potential, same, chunks,
         return out
     cells = mass.shape[0]
     groups = np.nonzero(tleaf)[0]
+    if active is not None:
+        if not with_potential:  # the groups with an active body, shared out evenly
+            keep = np.zeros(groups.shape[0], dtype=np.bool_)
+            for g in range(groups.shape[0]):
+                keep[g] = flags[tstart[groups[g]]:tend[groups[g]]].any()
+            groups = groups[keep]
     n_groups = groups.shape[0]
     chunks = max(1, min(chunks, n_groups))
     inv_theta = 1.0 / theta
