@@ -384,3 +384,15 @@ def test_one_and_two_bodies(client, n, criterion):
                                     axis=-1)
         np.testing.assert_allclose(separation, separation[0], rtol=1e-3)
         assert traj.time_bin.values.min() > 0  # shorter than the block
+
+
+def test_the_tree_takes_individual_steps_on_one_tile_on_any_cluster():
+    """Its tiles would stay in body order, each tree spanning the system: one tile, whose
+    blocks run in one task, unless tile_size says otherwise."""
+    plan = Plan(n=50_000, steps=2, dt=0.1, softening=0.01, method="tree",
+                timestep="individual")
+    assert plan.settle(8, 4, "cpu").n_tiles == 1
+    assert Plan(n=50_000, steps=2, dt=0.1, softening=0.01, method="tree").settle(
+        8, 4, "cpu").n_tiles > 1
+    assert Plan(n=50_000, steps=2, dt=0.1, softening=0.01, method="tree",
+                timestep="individual", tile_size=10_000).settle(8, 4, "cpu").n_tiles == 5
