@@ -177,8 +177,8 @@ class Driver:
         # a comoving run's state carries momenta, its snapshots peculiar velocities
         scale = plan.scale_factor(step) if plan.comoving else None
         if is_lazy(bodies):  # each worker builds its tiles from the bodies' Dask arrays
-            tiles = c.compute(lazy_tiles(bodies, plan.tile_size, resolve_dtype(plan.dtype),
-                                         scale))
+            tiles = _computed(c, lazy_tiles(bodies, plan.tile_size,
+                                            resolve_dtype(plan.dtype), scale))
         else:
             tiles = split_tiles(bodies, plan.tile_size, resolve_dtype(plan.dtype))
             if scale is not None:
@@ -273,6 +273,19 @@ def submit_pieces(client: Client, pieces: Generator[Piece, Any, Any]) -> Any:
                 for name, group in piece.keep.items()}
         value = None if piece.fetch is None else client.gather(futures[piece.fetch])
         reply = refs, value
+
+
+def _computed(client: Client, delayed_values: list) -> list[Future]:
+    """Futures of ``delayed_values``, computed: an error (a damaged chunk of a snapshot read
+    on a worker) is raised once the futures are let go, so that no reference to them
+    outlives the failed run."""
+    futures = client.compute(delayed_values)
+    wait(futures)
+    error = next((f.exception() for f in futures if f.status == "error"), None)
+    if error is not None:
+        del futures
+        raise error
+    return futures
 
 
 def load_snapshot(path: StoreLocation, index: int) -> xr.Dataset:
