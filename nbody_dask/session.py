@@ -20,7 +20,7 @@ from pathlib import Path
 from . import config
 from .lease import StoreInUseError, WriterLease
 from .location import LocalLocation, StoreLocation
-from .plan import TREE_CROSSOVER, Plan
+from .plan import PERIODIC_CROSSOVER, TREE_CROSSOVER, Plan
 from .storage import open_trajectory
 
 __all__ = ["StopRequest", "stop_on_signals", "progress_bar", "output_location",
@@ -173,6 +173,7 @@ def describe_method(plan: Plan, asked: str | None) -> str:
     """One line saying how forces are computed, and why when ``method="auto"`` chose."""
     what = plan.force_method.describe(plan)
     if config.get("method", asked) == "auto":
-        side = ">=" if plan.n >= TREE_CROSSOVER else "<"
-        what += f" (method='auto': {plan.n} bodies {side} {TREE_CROSSOVER})"
+        crossover = PERIODIC_CROSSOVER if plan.periodic else TREE_CROSSOVER
+        side = ">=" if plan.n >= crossover else "<"
+        what += f" (method='auto': {plan.n} bodies {side} {crossover})"
     return what

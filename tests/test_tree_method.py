@@ -533,3 +533,16 @@ def test_a_window_whose_far_tiles_bodies_outrun_walks_every_pair(client, monkeyp
                for w in caught)
     for got in (margin, outrun):
         np.testing.assert_allclose(got.position, every.position, rtol=1e-12, atol=1e-12)
+
+
+def test_the_reason_auto_gives_names_the_crossover_it_used():
+    """In a periodic box ``auto`` chooses by the periodic crossover, and says so."""
+    from nbody_dask.plan import PERIODIC_CROSSOVER, Plan
+    from nbody_dask.session import describe_method
+
+    box = Plan(n=4096, steps=1, dt=0.1, method="treepm", box_size=1.0).settle(2, 1, "cpu")
+    assert describe_method(box, "auto").endswith(
+        f"(method='auto': 4096 bodies >= {PERIODIC_CROSSOVER})")
+    sphere = Plan(n=4096, steps=1, dt=0.1, softening=0.01, method="direct").settle(2, 1, "cpu")
+    assert describe_method(sphere, "auto").endswith(
+        f"(method='auto': 4096 bodies < {TREE_CROSSOVER})")
