@@ -367,14 +367,16 @@ def test_bit_identical_across_workers_and_threads(client, method):
 
 @pytest.mark.parametrize("n", [1, 2])
 @pytest.mark.parametrize("criterion", ["pairwise", "acceleration"])
-def test_one_and_two_bodies(client, n, criterion):
+@pytest.mark.parametrize("method", ["direct", "tree"])
+def test_one_and_two_bodies(client, n, criterion, method):
     """A lone body feels nothing: the longest bin, a straight line. Two bodies on a circular
     orbit stay on it."""
     ds = nbody_dask.kepler(0.0) if n == 2 else nbody_dask.make_bodies([[1.0, 2, 3]],
                                                                      [[0.5, 0, 0]])
     traj = nbody_dask.simulate(ds, steps=8, dt=0.25, softening=1e-3, timestep="individual",
                                step_criterion=criterion, eta=0.05, time_bins=6,
-                               dtype="float32", client=client, progress=False)
+                               dtype="float32", method=method, client=client,
+                               progress=False)
     if n == 1:
         assert (traj.time_bin.values == 0).all()
         np.testing.assert_allclose(traj.position.values[-1, 0], [2.0, 2, 3], rtol=1e-6)
