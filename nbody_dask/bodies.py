@@ -136,16 +136,7 @@ def as_bodies(bodies: Any) -> xr.Dataset:
         total mass that is not positive.
     """
     if isinstance(bodies, xr.Dataset):
-        missing = [k for k in ("position", "velocity", "mass") if k not in bodies]
-        if missing:
-            raise ValueError(
-                f"bodies is missing variable(s) {missing}; it needs position(body, axis), "
-                f"velocity(body, axis) and mass(body), has {sorted(map(str, bodies.data_vars))}"
-            )
-        for name, dims in (("position", ("body", "axis")), ("velocity", ("body", "axis")),
-                           ("mass", ("body",))):
-            if bodies[name].dims != dims:
-                raise ValueError(f"bodies.{name} must have dims {dims}, got {bodies[name].dims}")
+        _check_variables(bodies)
         pos = _as_float_array("position", bodies["position"])
         vel = _as_float_array("velocity", bodies["velocity"])
         m = _as_float_array("mass", bodies["mass"].values)
@@ -197,15 +188,8 @@ def lazy_bodies(bodies: xr.Dataset) -> xr.Dataset:
     the float64 Dataset of Dask arrays, with its ids, attributes and scalar ``time``."""
     import dask.array as da
 
-    missing = [k for k in ("position", "velocity", "mass") if k not in bodies]
-    if missing:
-        raise ValueError(f"bodies is missing variable(s) {missing}; it needs position(body, "
-                         "axis), velocity(body, axis) and mass(body), has "
-                         f"{sorted(map(str, bodies.data_vars))}")
-    for name, dims in (("position", ("body", "axis")), ("velocity", ("body", "axis")),
-                       ("mass", ("body",))):
-        if bodies[name].dims != dims:
-            raise ValueError(f"bodies.{name} must have dims {dims}, got {bodies[name].dims}")
+    _check_variables(bodies)
+    for name in ("position", "velocity", "mass"):
         dtype = bodies[name].dtype
         if dtype.kind not in "iuf":
             raise TypeError(f"{name} must hold real numbers, got dtype {dtype}")
@@ -231,25 +215,21 @@ def check_values(ds: xr.Dataset) -> None:
     """Refuse non-finite values, negative masses and a total mass that is not positive, as
     :func:`as_bodies` does; for a lazy body set, from a few numbers its cluster computes
     (the default scheduler's: a run's client)."""
-    import dask
+    _check_values(ds["position"].data, ds["velocity"].data, ds["mass"].data)
 
-    names = ("position", "velocity", "mass")
-    bad = {name: ~np.isfinite(ds[name].data) for name in names}
-    counts = dask.compute(*[bad[name].sum() for name in names],
-                          (ds["mass"].data < 0).sum(), ds["mass"].data.sum())
-    for name, count in zip(names, counts, strict=False):
-        if count:
-            flat = int(np.asarray(dask.compute(bad[name].ravel().argmax())[0]))
-            where = np.unravel_index(flat, bad[name].shape)
-            value = float(np.asarray(dask.compute(ds[name].data[where])[0]))
-            raise ValueError(f"{name} has {int(count)} non-finite value(s); first at index "
-                             f"{tuple(int(i) for i in where)}: {value!r}")
-    if counts[3]:
-        i = int(np.asarray(dask.compute((ds["mass"].data < 0).argmax())[0]))
-        value = float(np.asarray(dask.compute(ds["mass"].data[i])[0]))
-        raise ValueError(f"mass must be >= 0; body {i} has mass {value!r}")
-    if not float(counts[4]) > 0:
-        raise ValueError(f"total mass must be > 0, got {float(counts[4])!r}")
+
+def _check_variables(bodies: xr.Dataset) -> None:
+    """Refuse a Dataset without position, velocity and mass of the body set's dims."""
+    missing = [k for k in ("position", "velocity", "mass") if k not in bodies]
+    if missing:
+        raise ValueError(
+            f"bodies is missing variable(s) {missing}; it needs position(body, axis), "
+            f"velocity(body, axis) and mass(body), has {sorted(map(str, bodies.data_vars))}"
+        )
+    for name, dims in (("position", ("body", "axis")), ("velocity", ("body", "axis")),
+                       ("mass", ("body",))):
+        if bodies[name].dims != dims:
+            raise ValueError(f"bodies.{name} must have dims {dims}, got {bodies[name].dims}")
 
 
 def _axis_labels(value: Any) -> list | None:
@@ -389,21 +369,27 @@ def check_fits_dtype(ds: xr.Dataset, dtype: Any, **scalars: float) -> None:
                              f"(it becomes {float(cast)!r})")
 
 
-def _check_values(pos: np.ndarray, vel: np.ndarray, m: np.ndarray) -> None:
-    for name, arr in (("position", pos), ("velocity", vel), ("mass", m)):
-        bad = ~np.isfinite(arr)
-        if bad.any():
-            where = np.argwhere(bad)[0]
-            raise ValueError(
-                f"{name} has {int(bad.sum())} non-finite value(s); first at index "
-                f"{tuple(int(i) for i in where)}: {float(arr[tuple(where)])!r}"
-            )
-    if (m < 0).any():
-        i = int(np.argmax(m < 0))
-        raise ValueError(f"mass must be >= 0; body {i} has mass {float(m[i])!r}")
-    total = float(m.sum())
-    if not total > 0:
-        raise ValueError(f"total mass must be > 0, got {total!r}")
+def _check_values(pos: Any, vel: Any, m: Any) -> None:
+    """The checks of :func:`check_values` on the arrays, NumPy or Dask (then a few numbers
+    computed in one pass, and the first bad body's index and value if there is one)."""
+    import dask
+
+    names = ("position", "velocity", "mass")
+    arrays = dict(zip(names, (pos, vel, m), strict=True))
+    bad = {name: ~np.isfinite(arrays[name]) for name in names}
+    counts = dask.compute(*[bad[name].sum() for name in names], (m < 0).sum(), m.sum())
+    for name, count in zip(names, counts, strict=False):
+        if count:
+            flat = int(dask.compute(bad[name].ravel().argmax())[0])
+            where = np.unravel_index(flat, bad[name].shape)
+            value = float(dask.compute(arrays[name][where])[0])
+            raise ValueError(f"{name} has {int(count)} non-finite value(s); first at index "
+                             f"{tuple(int(i) for i in where)}: {value!r}")
+    if counts[3]:
+        i = int(dask.compute((m < 0).argmax())[0])
+        raise ValueError(f"mass must be >= 0; body {i} has mass {float(dask.compute(m[i])[0])!r}")
+    if not float(counts[4]) > 0:
+        raise ValueError(f"total mass must be > 0, got {float(counts[4])!r}")
 
 
 @dataclass(frozen=True)
