@@ -235,10 +235,6 @@ def walk_sorted(targets, sources, eps2, theta, with_potential, same, chunks,
     rows = 4 if with_potential else 3
     out = np.zeros((rows + 1 if rate else rows, nt), dtype=dtype)
     masses = tx if target_mass is None else target_mass  # (read only with ``rate``)
-    if active is None:
-        flags = np.ones(nt, dtype=np.bool_)
-    else:
-        flags = active
     if nt == 0 or sources[0].shape[0] == 0:
         return out
     cells = mass.shape[0]
@@ -247,7 +243,7 @@ def walk_sorted(targets, sources, eps2, theta, with_potential, same, chunks,
         if not with_potential:  # the groups with an active body, shared out evenly
             keep = np.zeros(groups.shape[0], dtype=np.bool_)
             for g in range(groups.shape[0]):
-                keep[g] = flags[tstart[groups[g]]:tend[groups[g]]].any()
+                keep[g] = active[tstart[groups[g]]:tend[groups[g]]].any()
             groups = groups[keep]
     n_groups = groups.shape[0]
     chunks = max(1, min(chunks, n_groups))
@@ -264,15 +260,18 @@ def walk_sorted(targets, sources, eps2, theta, with_potential, same, chunks,
             cell = groups[g]
             lo, hi = tstart[cell], tend[cell]
             sphere = group_sphere(tx, ty, tz, lo, hi)
-            count = hi - lo if with_potential else np.count_nonzero(flags[lo:hi])
+            count = hi - lo  # the group's targets to compute: all, or (active) some
+            if active is not None:
+                if not with_potential:
+                    count = np.count_nonzero(active[lo:hi])
             if count == hi - lo:
                 part, buffer = _group_forces(tx[lo:hi], ty[lo:hi], tz[lo:hi],
                                              masses[lo:hi], sphere, sources, eps2, table,
                                              moments, cell if same else -1, rows, scratch,
                                              buffer, rate)
                 out[:, lo:hi] = part
-            elif count > 0:  # the group's active bodies, gathered
-                picked = np.flatnonzero(flags[lo:hi]) + lo
+            elif active is not None:  # some of the group active (none: left out above)
+                picked = np.flatnonzero(active[lo:hi]) + lo
                 part, buffer = _group_forces(tx[picked], ty[picked], tz[picked],
                                              masses[picked], sphere, sources, eps2, table,
                                              moments, -1, rows, scratch, buffer, rate)
