@@ -164,12 +164,17 @@ class Tick:
     step: int
     threads: int | None = 1
 
-    def active(self, tile: Tile) -> np.ndarray | None:
-        """The tile's bodies active at this tick (None: all of them)."""
+    def active(self, tile: Tile, forces: Forces | None = None) -> np.ndarray | None:
+        """The tile's bodies active at this tick (None: all of them); a force task passes
+        its ``forces``, whose potentials are computed only where every body is active."""
         if self.initial or self.tick == self.bins.ticks:
             return None
         mask = active_mask(tile.time_bin, self.tick, self.bins.bins)
-        return None if mask.all() else mask
+        if mask.all():
+            return None
+        if forces is not None and forces.with_potential:
+            raise ValueError("potentials are computed where every body is active")
+        return mask
 
 
 def open_tile_block(tile: Tile, bins: Bins) -> Tile:
@@ -189,11 +194,9 @@ def active_pair_forces(target: Tile, source: Tile, source_drift: float, tick: Ti
     pairwise criterion a last row holds the pairs' rates
     (:func:`~nbody_dask.kernels.cpu.accel_rate_tile`); with the acceleration criterion and
     every body active it is :func:`pair_forces` exactly."""
-    active = tick.active(target)
+    active = tick.active(target, forces)
     position = target.position if active is None else np.ascontiguousarray(
         target.position[:, active])
-    if forces.with_potential and active is not None:
-        raise ValueError("potentials are computed where every body is active")
     sources = drifted(source, source_drift)
     same = target.start == source.start
     eps2 = forces.eps2(position.dtype)
@@ -232,9 +235,7 @@ def active_tree_pair_forces(target: Tile, targets: trees.TileTree, source: trees
     source for those bodies alone, each body's forces exactly as if every body were active;
     with the pairwise criterion a last row holds the rates of the pairs summed directly
     (:func:`~nbody_dask.kernels.walk.walk`)."""
-    active = tick.active(target)
-    if walk.forces.with_potential and active is not None:
-        raise ValueError("potentials are computed where every body is active")
+    active = tick.active(target, walk.forces)
     rows.set_threads(walk.threads)
     out = trees.walk(targets, source, walk.forces.eps2(source.x.dtype), walk.theta,
                      walk.forces.with_potential, same, tick.bins.pairwise, active)
