@@ -32,7 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.fft
-from numba import njit
+import numba
+from numba import njit, prange
 
 __all__ = ["Region", "LongRange", "POINTS", "cell_span", "deposit", "mesh_sum", "wave_numbers",
            "green_function", "gradient", "long_range",
@@ -102,26 +103,50 @@ def _body_weights(x, y, z, i, inv_h, points, index, weight):
         _weights(v * inv_h, points, index, weight, a * points)
 
 
-@njit(cache=True)
-def _deposit(x, y, z, m, inv_h, n, start, shape, points, out):
+#: Bodies a chunk of the interpolation takes (chunks run on Numba's threads; each body's
+#: sum is the same in any chunk, so the result does not depend on the chunking).
+_CHUNK = 4096
+
+
+@njit(cache=True, parallel=True)
+def _deposit(x, y, z, m, inv_h, n, start, shape, points, out, chunks):
     """Add the weights of the bodies to ``out`` (float64, ``shape``), whose point
     ``(a, b, c)`` is mesh point ``start + (a, b, c)``; an axis as long as the mesh takes the
-    mesh point modulo ``n``."""
-    index = np.empty(3 * points, dtype=np.int64)
-    weight = np.empty(3 * points)
-    for i in range(x.shape[0]):
-        _body_weights(x, y, z, i, inv_h, points, index, weight)
-        for a in range(3):
+    mesh point modulo ``n``.
+
+    ``chunks`` of the planes of the first axis run on Numba's threads: each adds every
+    body's weights on its planes, in body order, so every point sums its terms in the same
+    order for any number of chunks and threads."""
+    planes = shape[0]
+    chunks = min(planes, chunks)
+    for chunk in prange(chunks):
+        lo, hi = chunk * planes // chunks, (chunk + 1) * planes // chunks
+        index = np.empty(3 * points, dtype=np.int64)
+        weight = np.empty(3 * points)
+        for i in range(x.shape[0]):
+            _weights(float(x[i]) * inv_h, points, index, weight, 0)
+            mine = False
             for s in range(points):
-                point = index[a * points + s] - start[a]
-                index[a * points + s] = point % n if shape[a] == n else point
-        mi = float(m[i])
-        for s in range(points):
-            for t in range(points):
-                w = mi * weight[s] * weight[points + t]
-                for u in range(points):
-                    out[index[s], index[points + t], index[2 * points + u]] += (
-                        w * weight[2 * points + u])
+                point = index[s] - start[0]
+                index[s] = point % n if planes == n else point
+                mine |= (index[s] >= lo) & (index[s] < hi)
+            if not mine:
+                continue
+            for a in range(1, 3):
+                v = float(y[i]) if a == 1 else float(z[i])
+                _weights(v * inv_h, points, index, weight, a * points)
+                for s in range(points):
+                    point = index[a * points + s] - start[a]
+                    index[a * points + s] = point % n if shape[a] == n else point
+            mi = float(m[i])
+            for s in range(points):
+                if index[s] < lo or index[s] >= hi:
+                    continue
+                for t in range(points):
+                    w = mi * weight[s] * weight[points + t]
+                    for u in range(points):
+                        out[index[s], index[points + t], index[2 * points + u]] += (
+                            w * weight[2 * points + u])
 
 
 def deposit(position: np.ndarray, mass: np.ndarray, box: float, n: int,
@@ -136,7 +161,8 @@ def deposit(position: np.ndarray, mass: np.ndarray, box: float, n: int,
     shape = tuple(size for _, size in spans)
     out = np.zeros(shape)
     _deposit(position[0], position[1], position[2], mass, inv_h, n,
-             np.array(start, dtype=np.int64), np.array(shape, dtype=np.int64), points, out)
+             np.array(start, dtype=np.int64), np.array(shape, dtype=np.int64), points, out,
+             2 * numba.get_num_threads())
     return Region(start, out.astype(position.dtype))
 
 
@@ -203,30 +229,35 @@ def long_range(mesh: np.ndarray, box: float, split: float, with_potential: bool,
                                workers=workers) for axis in range(3)]
     if with_potential:
         fields.append(-scipy.fft.irfftn(psi, s=mesh.shape, workers=workers))
-    return LongRange(np.stack(fields).astype(mesh.dtype), float(mesh.sum(dtype=np.float64)))
+    return LongRange(np.stack(fields).astype(mesh.dtype, copy=False),
+                     float(mesh.sum(dtype=np.float64)))
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def _interpolate(x, y, z, fields, n, first, inv_h, points, out):
     """Interpolation of ``fields`` (rows, k, n, n: the mesh planes ``first .. first + k - 1``
     along the first axis, modulo ``n``) at the bodies into ``out`` with the weights of
-    :func:`_deposit`."""
-    index = np.empty(3 * points, dtype=np.int64)
-    weight = np.empty(3 * points)
-    for i in range(x.shape[0]):
-        _body_weights(x, y, z, i, inv_h, points, index, weight)
-        for s in range(points):
-            index[s] = (index[s] - first) % n
-        for r in range(out.shape[0]):
-            total = 0.0
+    :func:`_deposit`, in chunks of bodies on Numba's threads."""
+    count = x.shape[0]
+    for chunk in prange((count + _CHUNK - 1) // _CHUNK):
+        index = np.empty(3 * points, dtype=np.int64)
+        weight = np.empty(3 * points)
+        for i in range(chunk * _CHUNK, min(count, (chunk + 1) * _CHUNK)):
+            _body_weights(x, y, z, i, inv_h, points, index, weight)
             for s in range(points):
-                for t in range(points):
-                    w = weight[s] * weight[points + t]
-                    for u in range(points):
-                        total += w * weight[2 * points + u] * float(
-                            fields[r, index[s], index[points + t] % n,
-                                   index[2 * points + u] % n])
-            out[r, i] = total
+                index[s] = (index[s] - first) % n
+            for s in range(points, 3 * points):
+                index[s] = index[s] % n
+            for r in range(out.shape[0]):
+                total = 0.0
+                for s in range(points):
+                    for t in range(points):
+                        w = weight[s] * weight[points + t]
+                        for u in range(points):
+                            total += w * weight[2 * points + u] * float(
+                                fields[r, index[s], index[points + t],
+                                       index[2 * points + u]])
+                out[r, i] = total
 
 
 def potential_offset(mass: np.ndarray, total_mass: float, box: float, split: float
