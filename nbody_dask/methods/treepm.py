@@ -13,6 +13,9 @@ split` mesh cells):
   (:attr:`~nbody_dask.plan.Plan.cutoff` times ``r_s``; :mod:`nbody_dask.kernels.shortrange`):
   a task per pair of tiles whose bounding boxes come within the cutoff of each other
   (minimum images), found each step from the tiles' extents (fetched, a few numbers a tile).
+  The mesh's tasks that need no layout (the deposits and, for a mesh in one piece, the sum,
+  the FFT and the interpolations) are submitted with the extents, so that the workers run
+  them while the driver fetches the layout and adds the short range's tasks.
 
 With ``layout="rows"`` (one tile per worker) a single task per target tile walks all its
 near tiles on the worker's cores, adds its mesh part with the same groups and kicks (the
@@ -121,7 +124,8 @@ class TreePM(ForceMethod):
             yield from ()
             trees = [ev.key("tree", 0)]
             dsk[trees[0]] = (tasks.short_tree, tiles[0], plan.leaf_size, None)
-            return dsk, _forces(ev, dsk, tiles, trees, [[0]], periodic), None
+            long = _mesh(ev, dsk, tiles, _deposits(ev, dsk, tiles, periodic), periodic)
+            return dsk, _short_range(ev, dsk, tiles, trees, [[0]], periodic, long), None
         if state is not None and ev.step not in plan.retile_steps():
             cube = state.cube
         else:
@@ -134,27 +138,42 @@ class TreePM(ForceMethod):
         for extent, tile in zip(extents, tiles, strict=True):
             dsk[extent] = (tile_extent, tile)
         dsk[ev.key("layout")] = (tasks.periodic_layout, periodic, *extents)
+        # the mesh's tasks that need no layout go with this piece: they run while the
+        # driver fetches the layout and builds the short range's tasks
+        deposits = _deposits(ev, dsk, tiles, periodic)
+        long = _mesh(ev, dsk, tiles, deposits, periodic) if plan.mesh_slabs == 1 else []
         refs, (near, spans) = yield from submit(dsk, fetch=ev.key("layout"), tiles=tiles,
-                                                trees=trees, cube=[cube])
+                                                trees=trees, cube=[cube], deposits=deposits,
+                                                long=long)
         tiles, trees, dsk = refs["tiles"], refs["trees"], {}
-        closed = _forces(ev, dsk, tiles, trees, near, periodic, spans)
+        long = refs["long"] or _mesh(ev, dsk, tiles, refs["deposits"], periodic, spans)
+        closed = _short_range(ev, dsk, tiles, trees, near, periodic, long)
         return dsk, closed, ShortTrees(refs["cube"][0])
 
 
-def _forces(ev: Evaluation, dsk: Graph, tiles: list, trees: list, near: list[list[int]],
-            periodic: tasks.Periodic, spans: list[tuple[int, int]] | None = None
-            ) -> list[str]:
-    """The force tasks: a short-range walk per near tile pair, the mesh (deposits, their
-    fixed-order sum, the FFT, one interpolation per tile), and the closing tasks. With
-    several mesh slabs, ``spans`` are the planes each tile's weights touch."""
-    plan, t = ev.plan, len(tiles)
-    deposits = [ev.key("deposit", i) for i in range(t)]
+def _deposits(ev: Evaluation, dsk: Graph, tiles: list, periodic: tasks.Periodic
+              ) -> list[str]:
+    """Each tile's partial mesh: the deposits' keys."""
+    deposits = [ev.key("deposit", i) for i in range(len(tiles))]
     for deposit, tile in zip(deposits, tiles, strict=True):
         dsk[deposit] = (tasks.mesh_deposit, tile, periodic)
-    if plan.mesh_slabs > 1 and spans is not None:
-        long = _slab_mesh(ev, dsk, tiles, deposits, spans, periodic)
-    else:
-        long = _one_task_mesh(ev, dsk, tiles, deposits, periodic)
+    return deposits
+
+
+def _mesh(ev: Evaluation, dsk: Graph, tiles: list, deposits: list, periodic: tasks.Periodic,
+          spans: list[tuple[int, int]] | None = None) -> list[str]:
+    """The long range from the tiles' deposits: the mesh in one task, or in slabs (which
+    need ``spans``, the planes each tile's weights touch); each tile's interpolation key."""
+    if ev.plan.mesh_slabs > 1 and spans is not None:
+        return _slab_mesh(ev, dsk, tiles, deposits, spans, periodic)
+    return _one_task_mesh(ev, dsk, tiles, deposits, periodic)
+
+
+def _short_range(ev: Evaluation, dsk: Graph, tiles: list, trees: list, near: list[list[int]],
+                 periodic: tasks.Periodic, long: list) -> list[str]:
+    """The short-range tasks, a walk per near tile pair, and the closing tasks, each
+    tile's long range (``long``) added last."""
+    plan, t = ev.plan, len(tiles)
     if plan.layout == "rows":
         out = [ev.key("row", i) for i in range(t)]
         for i in range(t):
