@@ -20,7 +20,7 @@ import xarray as xr
 from . import config
 from ._validate import check_real
 from .bodies import (as_bodies, check_fits_dtype, check_values, is_lazy, lazy_bodies,
-                     resolve_dtype, wrap_positions)
+                     resolve_dtype, summarize, wrap_positions)
 from .cosmology import as_cosmology, to_json
 from .lease import refuse_if_in_use
 from .location import StoreLocation, store_location
@@ -239,9 +239,10 @@ def check_on_cluster(ds: xr.Dataset, plan: Plan) -> xr.Dataset:
     bodies, computed by the cluster): finite values and masses (a set in memory had them in
     :func:`~nbody_dask.bodies.as_bodies`), what the run's dtype holds; then the positions
     wrapped into a periodic box (lazily for a lazy set)."""
+    summary = summarize(ds)  # one pass over the bodies
     if is_lazy(ds):
-        check_values(ds)
-    check_fits_dtype(ds, plan.dtype, dt=plan.dt, softening=plan.softening, G=plan.G,
+        check_values(ds, summary)
+    check_fits_dtype(ds, plan.dtype, summary, dt=plan.dt, softening=plan.softening, G=plan.G,
                      dt_half=0.5 * plan.dt, softening_squared=plan.softening**2,
                      **({} if plan.box_size is None else {"box_size": plan.box_size}))
     return wrap_positions(ds, plan.box_size)

@@ -23,7 +23,7 @@ from .plan import tile_bounds
 
 __all__ = ["make_bodies", "as_bodies", "Tile", "split_tiles", "resolve_dtype",
            "check_fits_dtype", "wrap", "wrap_positions", "is_lazy", "lazy_bodies",
-           "check_values", "make_tile"]
+           "check_values", "make_tile", "BodySummary", "summarize"]
 
 AXES = ("x", "y", "z")
 _DTYPES = {"float32": np.float32, "float64": np.float64}
@@ -211,11 +211,45 @@ def lazy_bodies(bodies: xr.Dataset) -> xr.Dataset:
         coords=coords, attrs=dict(bodies.attrs))
 
 
-def check_values(ds: xr.Dataset) -> None:
+def check_values(ds: xr.Dataset, summary: BodySummary | None = None) -> None:
     """Refuse non-finite values, negative masses and a total mass that is not positive, as
     :func:`as_bodies` does; for a lazy body set, from a few numbers its cluster computes
-    (the default scheduler's: a run's client)."""
-    _check_values(ds["position"].data, ds["velocity"].data, ds["mass"].data)
+    (the default scheduler's: a run's client), or from its ``summary`` if given."""
+    _check_values(ds["position"].data, ds["velocity"].data, ds["mass"].data, summary)
+
+
+@dataclass(frozen=True)
+class BodySummary:
+    """The few numbers of a body set that the checks of its values read
+    (:func:`check_values`, :func:`check_fits_dtype`), computed in one pass by
+    :func:`summarize`: non-finite values of position, velocity and mass, negative masses,
+    the total mass, the largest ``|value|`` of each variable and the positions' per-axis
+    maximum and minimum."""
+
+    non_finite: tuple[int, int, int]
+    negative_masses: int
+    total_mass: float
+    largest: dict[str, float]
+    high: np.ndarray
+    low: np.ndarray
+
+
+def summarize(ds: xr.Dataset) -> BodySummary:
+    """:class:`BodySummary` of ``ds``, NumPy or Dask (computed by the default scheduler: a
+    run's client, reading a lazy set once)."""
+    import dask
+
+    names = ("position", "velocity", "mass")
+    data = [ds[name].data for name in names]
+    n = ds.sizes["body"]
+    empty = np.zeros(3)
+    values = dask.compute(*[(~np.isfinite(a)).sum() for a in data], (data[2] < 0).sum(),
+                          data[2].sum(), *[abs(a).max() if n else 0.0 for a in data],
+                          data[0].max(axis=0) if n else empty,
+                          data[0].min(axis=0) if n else empty)
+    return BodySummary(tuple(int(v) for v in values[:3]), int(values[3]), float(values[4]),
+                       {name: float(v) for name, v in zip(names, values[5:8], strict=True)},
+                       np.asarray(values[8]), np.asarray(values[9]))
 
 
 def _check_variables(bodies: xr.Dataset) -> None:
@@ -318,7 +352,8 @@ def wrap_positions(ds: xr.Dataset, box: float | None) -> xr.Dataset:
     return ds.assign(position=ds["position"].copy(data=wrapped.astype(ds["position"].dtype)))
 
 
-def check_fits_dtype(ds: xr.Dataset, dtype: Any, **scalars: float) -> None:
+def check_fits_dtype(ds: xr.Dataset, dtype: Any, summary: BodySummary | None = None,
+                     **scalars: float) -> None:
     """Refuse bodies and parameters that the run's dtype cannot hold, before any work starts.
 
     Positions must stay below ``sqrt(max) / 4`` of the dtype, so that squared separations
@@ -326,24 +361,21 @@ def check_fits_dtype(ds: xr.Dataset, dtype: Any, **scalars: float) -> None:
     by ``softening`` if given) must be zero (coincident bodies pull each other with nothing)
     or above ``4 max^(-1/3)`` (5.7e-13 in float32), so that a kernel's ``1 / r^3`` of
     typical pairs does not overflow; velocities and masses, and each named scalar
-    (``dt=...``), must be finite and nonzero where they were nonzero once cast.
+    (``dt=...``), must be finite and nonzero where they were nonzero once cast. The bodies'
+    numbers come from ``summary`` (:func:`summarize`), computed here if not given.
 
     Raises
     ------
     ValueError
         Naming the quantity, its value and the dtype.
     """
-    import dask
-
     ftype = resolve_dtype(dtype)
     info = np.finfo(ftype)
     name = np.dtype(ftype).name
     reach = float(np.sqrt(info.max)) / 4
     n = ds.sizes["body"]
-    # a few numbers of the bodies, in one pass (computed by the cluster for a lazy set)
-    largest = dict(zip(("position", "velocity", "mass"), dask.compute(
-        *[abs(ds[var].data).max() if n else 0.0 for var in ("position", "velocity", "mass")]),
-        strict=True))
+    summary = summarize(ds) if summary is None else summary
+    largest = summary.largest
     for var, limit in (("position", reach), ("velocity", float(info.max)),
                        ("mass", float(info.max))):
         if float(largest[var]) > limit:
@@ -351,9 +383,7 @@ def check_fits_dtype(ds: xr.Dataset, dtype: Any, **scalars: float) -> None:
                              f"holds (|{var}| <= {limit:.3g}); use dtype='float64' or "
                              f"rescale the units")
     if n > 1:
-        high, low = dask.compute(ds["position"].data.max(axis=0),
-                                 ds["position"].data.min(axis=0))
-        extent = float((np.asarray(high) - np.asarray(low)).max())
+        extent = float((summary.high - summary.low).max())
         spacing = extent / n ** (1 / 3)
         closest = 4 * float(info.max) ** (-1 / 3)
         if 0 < np.hypot(spacing, float(scalars.get("softening", 0.0))) < closest:
@@ -369,15 +399,18 @@ def check_fits_dtype(ds: xr.Dataset, dtype: Any, **scalars: float) -> None:
                              f"(it becomes {float(cast)!r})")
 
 
-def _check_values(pos: Any, vel: Any, m: Any) -> None:
+def _check_values(pos: Any, vel: Any, m: Any, summary: BodySummary | None = None) -> None:
     """The checks of :func:`check_values` on the arrays, NumPy or Dask (then a few numbers
-    computed in one pass, and the first bad body's index and value if there is one)."""
+    computed in one pass, or read from ``summary``, and the first bad body's index and
+    value if there is one)."""
     import dask
 
     names = ("position", "velocity", "mass")
     arrays = dict(zip(names, (pos, vel, m), strict=True))
     bad = {name: ~np.isfinite(arrays[name]) for name in names}
-    counts = dask.compute(*[bad[name].sum() for name in names], (m < 0).sum(), m.sum())
+    counts = (dask.compute(*[bad[name].sum() for name in names], (m < 0).sum(), m.sum())
+              if summary is None else
+              (*summary.non_finite, summary.negative_masses, summary.total_mass))
     for name, count in zip(names, counts, strict=False):
         if count:
             flat = int(dask.compute(bad[name].ravel().argmax())[0])

@@ -92,3 +92,36 @@ def test_the_structure_of_a_lazy_set_is_checked_without_computing_it():
         lazy_bodies(flat)
     checked = lazy_bodies(bodies)
     assert is_lazy(checked) and checked.position.dtype == np.float64
+
+
+def test_the_checks_read_a_lazy_set_once(client, tmp_path):
+    """The value checks before a run (finite values, masses, what the dtype holds) compute
+    each chunk of a lazy set once: a Zarr set is read once, an IC graph run once."""
+    import dask
+    import dask.array as da
+
+    from nbody_dask.arguments import check_on_cluster
+    from nbody_dask.plan import Plan
+
+    bodies = nbody_dask.plummer(300, seed=1)
+    log = tmp_path / "reads"  # written where the chunks are computed
+    log.touch()
+
+    def chunk(name, lo, hi):
+        with open(log, "a") as f:
+            f.write(f"{name} {lo}\n")
+        return bodies[name].values[lo:hi]
+
+    def lazy(name):
+        shape = bodies[name].shape
+        parts = [da.from_delayed(dask.delayed(chunk)(name, lo, min(lo + 100, shape[0])),
+                                 (min(lo + 100, shape[0]) - lo, *shape[1:]), np.float64)
+                 for lo in range(0, shape[0], 100)]
+        return (bodies[name].dims, da.concatenate(parts))
+
+    ds = lazy_bodies(xr.Dataset({name: lazy(name) for name in ("position", "velocity",
+                                                                 "mass")}))
+    with dask.config.set(scheduler=client):
+        check_on_cluster(ds, Plan(n=300, steps=1, dt=0.01, dtype="float32"))
+    assert sorted(log.read_text().split("\n")[:-1]) == sorted(
+        f"{name} {lo}" for name in ("position", "velocity", "mass") for lo in (0, 100, 200))
