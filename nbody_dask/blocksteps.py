@@ -13,6 +13,10 @@ only the *active* tiles (those holding such a body) get tasks:
   (:meth:`~nbody_dask.methods.ForceMethod.open_block`) and walks the active bodies' leaves
   through it (at the block's end, where a resume starts, it builds the trees afresh, as a
   resume's first evaluation does);
+* where every body is synchronised (a first evaluation, a block's end), the method's
+  long-range forces (:meth:`~nbody_dask.methods.ForceMethod.tick_long_range`: TreePM's
+  mesh), which kick every body by half a block at each end of the block, as GADGET and
+  SWIFT step their PM force on the longest step;
 * the plan's fixed reduction tree over the sources, in source order, and a closing task:
   the active bodies' closing half-kicks, their new bins, their next opening half-kicks.
 
@@ -104,16 +108,19 @@ def tick_graph(plan: Plan, token: str, step: int, tick: int, tiles: Sequence,
     ticker = tasks.Tick(tick, bins, initial, step, threads)
     forces = tasks.Forces(plan.softening, with_potential)
     drifted = {}
+    box = plan.box_size if tick == bins.ticks else None  # the state wrapped where it is whole
     for i in active:
         if last_tick[i] == tick:
             drifted[i] = tiles[i]
         else:
             drifted[i] = name("bdrift", i)
-            dsk[drifted[i]] = (tasks.drift_tile, tiles[i], bins.drift(tick - last_tick[i]))
+            dsk[drifted[i]] = (tasks.drift_tile, tiles[i], bins.drift(tick - last_tick[i]),
+                               box)
     sources = [(drifted[j], 0.0) if j in drifted
                else (tiles[j], bins.drift(tick - last_tick[j])) for j in range(len(tiles))]
     partials = plan.force_method.tick_forces(plan, dsk, name, sources, drifted, ticker,
                                              forces, list(block))
+    long = plan.force_method.tick_long_range(plan, dsk, name, drifted, ticker, forces)
     parts = [[(p, None) for p in partials[i]] for i in active]
     closing = tasks.Closing(step, plan.G, None)
     out = list(tiles)
@@ -121,7 +128,7 @@ def tick_graph(plan: Plan, token: str, step: int, tick: int, tiles: Sequence,
         mine = combine(dsk, mine, plan.groups(),
                        lambda level, g, i=i: name(f"bcombine{level}", i, g))
         out[i] = name("bkick", i)
-        dsk[out[i]] = (tasks.close_active, closing, ticker, drifted[i],
+        dsk[out[i]] = (tasks.close_active, closing, ticker, drifted[i], long.get(i),
                        [s for _, s in mine], *[p for p, _ in mine])
     counts_key = name("bcounts")
     dsk[counts_key] = (tasks.tile_bin_counts, bins.bins, *[out[i] for i in active])

@@ -447,6 +447,11 @@ class Tile:
     time_bin : ndarray of int8, shape (n,), optional
         Each body's time bin in a run with individual time steps (:mod:`nbody_dask.
         timebins`); None otherwise.
+    long_acceleration : ndarray, shape (3, n), optional
+        With individual time steps in a periodic box (TreePM): the long-range (mesh)
+        acceleration of the block's start, which kicks every body by half a block at each
+        end of the block (:attr:`acceleration` is then the short-range part, kicked bin by
+        bin); None otherwise.
     """
 
     start: int
@@ -457,6 +462,7 @@ class Tile:
     potential: np.ndarray | None = None
     ids: np.ndarray | None = None
     time_bin: np.ndarray | None = None
+    long_acceleration: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -476,7 +482,7 @@ class Tile:
 
         return Tile(-1, pick(self.position), pick(self.velocity), pick(self.mass),
                     pick(self.acceleration), pick(self.potential), self.body_ids[index],
-                    pick(self.time_bin))
+                    pick(self.time_bin), pick(self.long_acceleration))
 
     def evolve(self, **changes: Any) -> Tile:
         """A copy with some fields replaced (tiles are immutable once on a worker)."""

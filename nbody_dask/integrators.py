@@ -96,11 +96,14 @@ def peculiar(tile: Tile, scale: float) -> Tile:
 # -- individual time steps (nbody_dask.timebins) ----------------------------------------------
 
 def open_block(tile: Tile, bins: Bins) -> Tile:
-    """The opening half-kick of every body at a block's start (each by half its bin's step);
-    positions stay, to be drifted by :func:`drifted` when needed."""
+    """The opening half-kick of every body at a block's start (each by half its bin's step;
+    then, with a long-range force, :attr:`~nbody_dask.bodies.Tile.long_acceleration`, by
+    half the block); positions stay, to be drifted by :func:`drifted` when needed."""
     ftype = tile.position.dtype.type
     with np.errstate(over="ignore", invalid="ignore"):
         velocity = tile.velocity + tile.acceleration * bins.half_steps(tile.time_bin, ftype)
+        if tile.long_acceleration is not None:
+            velocity = velocity + tile.long_acceleration * ftype(0.5 * bins.dt)
     return tile.evolve(velocity=velocity, potential=None)
 
 
@@ -115,7 +118,8 @@ def drifted(tile: Tile, drift: float) -> np.ndarray:
 
 
 def close_block(tile: Tile, forces: np.ndarray, G: float, tick: int, bins: Bins,
-                initial: bool, active: np.ndarray | None = None) -> Tile:
+                initial: bool, active: np.ndarray | None = None,
+                long: np.ndarray | None = None) -> Tile:
     """The end of the active bodies' steps at ``tick`` of a block (``bins.ticks``: its end):
     attach their forces, the closing half-kick, their new bins, and unless the block ends
     there the opening half-kick of their next step.
@@ -140,6 +144,12 @@ def close_block(tile: Tile, forces: np.ndarray, G: float, tick: int, bins: Bins,
     active : ndarray of bool, optional
         The bodies active at ``tick`` (:func:`~nbody_dask.timebins.active_mask`, as the
         force tasks took them); None: every body.
+    long : ndarray, shape (3 or 4, n), optional
+        A long-range force (TreePM's mesh, G = 1, the potential when asked for), where every
+        body is synchronised (a first evaluation, a block's end): it closes the block with
+        a half-kick of half the block and becomes the tile's :attr:`~nbody_dask.bodies.
+        Tile.long_acceleration`. ``forces`` are then the short-range part, and the
+        criterion reads the sum of both.
     """
     ftype = tile.position.dtype.type
     every = active is None
@@ -147,20 +157,32 @@ def close_block(tile: Tile, forces: np.ndarray, G: float, tick: int, bins: Bins,
     if every:
         active = np.ones(tile.size, dtype=bool)
     rate2 = forces[-1] if bins.pairwise else None
+    if long is not None and not every:
+        raise ValueError("a long-range force closes a tick where every body is active")
+    long_acc = tile.long_acceleration
+    if long_acc is not None and not every:
+        long_acc = long_acc[:, active]
     with np.errstate(over="ignore", invalid="ignore"):
         acc = forces[:3] * ftype(G)
         potential = forces[3] * ftype(G) if forces.shape[0] == 4 + bins.pairwise else None
-        wanted = bins.wanted(acc, rate2, G)
+        if long is not None:
+            long_acc = long[:3] * ftype(G)
+            if potential is not None:
+                potential = potential + long[3] * ftype(G)
+        wanted = bins.wanted(acc if long_acc is None else acc + long_acc, rate2, G)
         if initial:
-            return tile.evolve(acceleration=acc, potential=potential, time_bin=wanted)
+            return tile.evolve(acceleration=acc, potential=potential, time_bin=wanted,
+                               long_acceleration=long_acc)
         old = tile.time_bin[active]
         velocity = tile.velocity[:, active] + acc * bins.half_steps(old, ftype)
+        if long is not None:  # the block's closing long-range half-kick
+            velocity = velocity + long_acc * ftype(0.5 * bins.dt)
         new = next_bins(old, wanted, tick % bins.ticks, bins.bins)
         if opening:
             velocity = velocity + acc * bins.half_steps(new, ftype)
     if every:
         return tile.evolve(velocity=velocity, acceleration=acc, potential=potential,
-                           time_bin=new)
+                           time_bin=new, long_acceleration=long_acc)
     full_velocity, full_acc, time_bin = (tile.velocity.copy(), tile.acceleration.copy(),
                                          tile.time_bin.copy())
     full_velocity[:, active], full_acc[:, active], time_bin[active] = velocity, acc, new

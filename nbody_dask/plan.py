@@ -495,7 +495,9 @@ class Plan:
         if self.theta > 1:
             raise ValueError(f"theta must be in (0, 1], got {self.theta!r}")
         if self.box_size is not None and self.mesh_slabs is None:
-            keep("mesh_slabs", auto_mesh_slabs(self.mesh_size, self.dtype))
+            # individual time steps solve their mesh in one task
+            keep("mesh_slabs", 1 if self.individual else auto_mesh_slabs(self.mesh_size,
+                                                                           self.dtype))
         if self.mesh_slabs is not None and self.mesh_size is not None \
                 and self.mesh_slabs > self.mesh_size:
             raise ValueError(f"mesh_slabs must be <= mesh_size ({self.mesh_size}), got "
@@ -551,10 +553,19 @@ class Plan:
             raise ValueError(f"time_bins must be <= {MAX_TIME_BINS}, got {self.time_bins!r}")
         if self.timestep == "global":
             return
+        treepm = self.method == "treepm"
         for needed, met, name, value in (
-                ("method='direct' or 'tree'", self.force_method.individual_steps, "method",
-                 self.method),
-                ("an isolated system", not self.periodic, "box_size", self.box_size),
+                ("method='direct', 'tree' or 'treepm'", self.force_method.individual_steps,
+                 "method", self.method),
+                ("an isolated system or method='treepm'", not self.periodic or treepm,
+                 "box_size", self.box_size),
+                ("a box that does not expand", not self.comoving, "cosmology",
+                 self.cosmology),
+                ("step_criterion='acceleration' with method='treepm'",
+                 not treepm or self.step_criterion == "acceleration", "step_criterion",
+                 self.step_criterion),
+                ("the mesh in one task", self.mesh_slabs in (None, 1), "mesh_slabs",
+                 self.mesh_slabs),
                 ("layout='pairs'", self.layout == "pairs", "layout", self.layout),
                 ("the CPU kernels", self.backend != "cuda", "backend", self.backend),
                 ("softening > 0 with step_criterion='acceleration'",

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .backends import tile_kernels
-from .bodies import Tile
+from .bodies import Tile, wrap
 from .diagnostics import tile_diagnostics
 from .integrators import check_finite, close_block, close_step, drifted, open_block, peculiar
 from .kernels import cpu, ewald, pm, rows, shortrange
@@ -38,7 +38,8 @@ __all__ = ["Forces", "Closing", "Walk", "PairForces", "pair_forces", "symmetric_
            "mesh_deposit", "mesh_solve", "mesh_forces", "periodic_layout",
            "mesh_slab", "mesh_mass", "mesh_forces_from_slabs", "close_short_row",
            "Tick", "open_tile_block", "drift_tile", "active_pair_forces", "close_active",
-           "tile_bin_counts", "drifted_tree", "active_tree_pair_forces"]
+           "tile_bin_counts", "drifted_tree", "active_tree_pair_forces", "drifted_short_tree",
+           "active_short_pair_forces"]
 
 
 @dataclass(frozen=True)
@@ -182,9 +183,11 @@ def open_tile_block(tile: Tile, bins: Bins) -> Tile:
     return open_block(tile, bins)
 
 
-def drift_tile(tile: Tile, drift: float) -> Tile:
-    """The tile drifted by the factor ``drift``."""
-    return tile.evolve(position=drifted(tile, drift))
+def drift_tile(tile: Tile, drift: float, box: float | None = None) -> Tile:
+    """The tile drifted by the factor ``drift`` (wrapped into a periodic cube of side
+    ``box``, if given)."""
+    position = drifted(tile, drift)
+    return tile.evolve(position=position if box is None else wrap(position, box))
 
 
 def active_pair_forces(target: Tile, source: Tile, source_drift: float, tick: Tick,
@@ -242,13 +245,15 @@ def active_tree_pair_forces(target: Tile, targets: trees.TileTree, source: trees
     return out if active is None else np.ascontiguousarray(out[:, active])
 
 
-def close_active(closing: Closing, tick: Tick, tile: Tile, sides: Sequence[int | None],
-                 *parts: Any) -> Tile:
+def close_active(closing: Closing, tick: Tick, tile: Tile, long: np.ndarray | None,
+                 sides: Sequence[int | None], *parts: Any) -> Tile:
     """Sum the last partials of a tile's active bodies, kick them, give them their new
-    bins (:func:`~nbody_dask.integrators.close_block`), and check the state is finite."""
+    bins (:func:`~nbody_dask.integrators.close_block`, with the ``long``-range forces where
+    a method has them), and check the state is finite."""
     active = tick.active(tile)
     return check_finite(close_block(tile, sum_sides(sides, *parts), closing.G, tick.tick,
-                                    tick.bins, tick.initial, active), closing.step, active)
+                                    tick.bins, tick.initial, active, long),
+                        closing.step, active)
 
 
 def tile_bin_counts(bins: int, *tiles: Tile) -> list[tuple[int, ...]]:
@@ -399,6 +404,27 @@ def short_pair_forces(target: ShortTree, source: ShortTree, forces: Forces,
     return shortrange.short_walk(target.tree, source.tree, forces.eps2(target.tree.x.dtype),
                                  periodic.theta, periodic.box, periodic.split,
                                  periodic.cutoff, forces.with_potential, source.spread)
+
+
+def drifted_short_tree(tree: ShortTree, tile: Tile, drift: float) -> ShortTree:
+    """``tree`` (of the tile at its block's start) refit to the tile drifted by ``drift``,
+    and its cells' second-moment traces there."""
+    refit = trees.refit(tree.tree, drifted(tile, drift), tile.mass)
+    return ShortTree(refit, shortrange.spread_of(refit))
+
+
+def active_short_pair_forces(target: Tile, targets: ShortTree, source: ShortTree,
+                             tick: Tick, forces: Forces, periodic: Periodic) -> np.ndarray:
+    """Short-range partial forces on the bodies of ``target`` (drifted to the tick) active
+    at ``tick``, in tile order, due to a source tile's tree; ``targets`` is the target's
+    tree at the tick. Only the walk's groups with an active body walk, each body's forces
+    exactly as if every body were active."""
+    active = tick.active(target, forces)
+    rows.set_threads(periodic.threads)
+    out = shortrange.short_walk(targets.tree, source.tree, forces.eps2(target.position.dtype),
+                                periodic.theta, periodic.box, periodic.split,
+                                periodic.cutoff, forces.with_potential, source.spread, active)
+    return out if active is None else np.ascontiguousarray(out[:, active])
 
 
 def mesh_deposit(tile: Tile, periodic: Periodic) -> pm.Region:

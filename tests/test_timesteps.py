@@ -100,8 +100,8 @@ def test_a_tree_tick_refits_every_tree_and_walks_for_the_active_tiles():
     ("eta", 0, "eta must be > 0"),
     ("time_bins", 0, "time_bins must be >= 1"),
     ("time_bins", 31, "time_bins must be <= 30"),
-    ("method", "treepm", "needs method='direct' or 'tree' for now, got method='treepm'"),
-    ("box_size", 10.0, "needs an isolated system for now, got box_size=10.0"),
+    ("box_size", 10.0, "needs an isolated system or method='treepm' for now, got "
+                       "box_size=10.0"),
     ("layout", "rows", "needs layout='pairs' for now, got layout='rows'"),
     ("softening", 0.0, "needs softening > 0 with step_criterion='acceleration' for now, "
                        "got softening=0.0"),
@@ -111,6 +111,22 @@ def test_a_tree_tick_refits_every_tree_and_walks_for_the_active_tiles():
 def test_bad_individual_parameters_are_named(field, value, match):
     with pytest.raises(ValueError, match=match):
         _plan(**{field: value})
+
+
+def test_treepm_needs_the_acceleration_criterion_and_a_static_box():
+    with pytest.raises(ValueError, match="needs step_criterion='acceleration' with "
+                                         "method='treepm' for now, got "
+                                         "step_criterion='pairwise'"):
+        _plan(method="treepm", box_size=1.0, step_criterion="pairwise")
+    with pytest.raises(ValueError, match="needs a box that does not expand for now, got "
+                                         "cosmology='Planck18'"):
+        _plan(method="treepm", box_size=100.0, cosmology="Planck18", a_start=0.5, a_end=1.0,
+              dt=np.log(2) / 2)
+    with pytest.raises(ValueError, match="needs the mesh in one task for now, got "
+                                         "mesh_slabs=2"):
+        _plan(method="treepm", box_size=1.0, mesh_slabs=2)
+    plan = _plan(method="treepm", box_size=1.0, n=200_000_000)  # a mesh beyond 512^3
+    assert plan.individual and plan.mesh_slabs == 1
 
 
 def test_simulate_refuses_bad_parameters_before_any_work(no_cluster):
@@ -398,3 +414,93 @@ def test_the_tree_takes_individual_steps_on_one_tile_on_any_cluster():
         8, 4, "cpu").n_tiles > 1
     assert Plan(n=50_000, steps=2, dt=0.1, softening=0.01, method="tree",
                 timestep="individual", tile_size=10_000).settle(8, 4, "cpu").n_tiles == 5
+
+
+# -- TreePM: the short range in bins, the mesh on the block ----------------------------------
+
+_BOX = dict(box_size=1.0, method="treepm", softening=0.004, dt=1 / 128, progress=False,
+            step_criterion="acceleration", eta=0.3)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_short_range_walk_computes_active_bodies_as_if_all_were(dtype):
+    from nbody_dask.kernels import octree
+    from nbody_dask.kernels.shortrange import short_walk
+
+    ds = nbody_dask.plummer_clumps(2000, seed=3)
+    position = np.ascontiguousarray(ds.position.values.T, dtype=dtype)
+    tree = octree.build(position, ds.mass.values.astype(dtype), 16)
+    # some bodies in a slab of the box: whole groups without one elsewhere
+    active = (position[0] < 0.2) & (np.random.default_rng(1).random(2000) < 0.5)
+    args = (tree, tree, dtype(0.004) ** 2, 0.5, 1.0, 0.02, 0.1, True)
+    every = short_walk(*args)
+    some = short_walk(*args, active=active)
+    np.testing.assert_array_equal(some[:, active], every[:, active])
+    assert (some[:, ~active] == 0).all(axis=0).mean() > 0.5  # groups without one: skipped
+
+
+def test_treepm_with_one_bin_is_the_global_leapfrog(client):
+    """One bin: a block is one KDK step whose kicks add the mesh's and the short range's
+    half-kicks one after the other (the global step adds their sum): the same run to
+    round-off."""
+    ds = nbody_dask.plummer_clumps(1000, seed=3)
+    kw = dict(_BOX, steps=4, snapshot_every=2, dtype="float64", client=client)
+    whole = nbody_dask.simulate(ds, **kw)
+    blocks = nbody_dask.simulate(ds, timestep="individual", time_bins=1, **kw)
+    assert blocks.attrs["method"] == "treepm"
+    for name in ("position", "velocity"):
+        np.testing.assert_allclose(blocks[name].values, whole[name].values, rtol=0,
+                                   atol=1e-12)
+    np.testing.assert_allclose(blocks.total_energy.values, whole.total_energy.values,
+                               rtol=1e-12)
+    assert ((blocks.position.values >= 0) & (blocks.position.values < 1)).all()
+
+
+def test_treepm_bins_save_work_at_the_accuracy_of_the_shortest_global_step(client):
+    """Clumps in a box: the global step of the block loses energy; individual bins keep it
+    as the global step of the shortest bin does, with fewer force evaluations."""
+    ds = nbody_dask.plummer_clumps(1000, seed=3)
+    kw = dict(_BOX, dtype="float64", client=client)
+
+    def error(traj):
+        energy = traj.total_energy.values
+        return abs(energy[-1] / energy[0] - 1)
+
+    long = nbody_dask.simulate(ds, steps=4, **kw)
+    short = nbody_dask.simulate(ds, **{**kw, "steps": 32, "dt": kw["dt"] / 8})
+    bins = nbody_dask.simulate(ds, steps=4, timestep="individual", time_bins=4, **kw)
+    evaluations = bins.force_evaluations.values.sum()
+    assert bins.time_bin.values.max() >= 2
+    assert error(bins) < 3 * error(short) and error(bins) < error(long) / 5
+    assert evaluations < 0.75 * 32 * 1000
+
+
+def test_treepm_resume_and_workers_are_bit_identical(client, tmp_path):
+    """3 tiles (each tile's short range from every tile, the mesh from all): a resume from
+    a snapshot, and 2 worker processes, give the same bits."""
+    from distributed import Client, LocalCluster
+
+    ds = nbody_dask.plummer_clumps(600, seed=5)
+    kw = dict(_BOX, steps=4, snapshot_every=2, timestep="individual", time_bins=4,
+              tile_size=200, dtype="float32")
+    whole = nbody_dask.simulate(ds, client=client, **kw)
+    store = tmp_path / "part.zarr"
+
+    class Crash(Exception):
+        pass
+
+    def crash(step, record):
+        if step >= 2:
+            raise Crash
+
+    with pytest.raises(Crash):
+        nbody_dask.simulate(ds, store=store, callback=crash, client=client, **kw)
+    runs = [nbody_dask.simulate(store=store, resume=True, client=client, progress=False)]
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as c:
+        runs.append(nbody_dask.simulate(ds, client=c, **kw).load())
+    assert whole.time_bin.values.max() >= 2
+    for run in runs:
+        for name in ("position", "velocity", "time_bin", "force_evaluations",
+                     "total_energy"):
+            np.testing.assert_array_equal(run[name].values, whole[name].values)

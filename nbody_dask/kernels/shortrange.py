@@ -460,9 +460,23 @@ def spread_of(tree: TileTree) -> np.ndarray:
     return cell_spread(tree.x, tree.y, tree.z, tree.m, tree.start, tree.end, tree.com)
 
 
+@njit(**_JIT)
+def _active_groups(groups, start, end, active_sorted):
+    """The groups (:func:`target_groups`) holding an active body (``active_sorted``, in the
+    tree's order)."""
+    keep = np.zeros(groups.shape[0], dtype=np.bool_)
+    for g in range(groups.shape[0]):
+        for i in range(start[groups[g]], end[groups[g]]):
+            if active_sorted[i]:
+                keep[g] = True
+                break
+    return groups[keep]
+
+
 def short_walk(target: TileTree, source: TileTree, eps2: Any, theta: float, box: float,
                split: float, cutoff: float, with_potential: bool = False,
-               spread: np.ndarray | None = None) -> np.ndarray:
+               spread: np.ndarray | None = None, active: np.ndarray | None = None
+               ) -> np.ndarray:
     """Short-range forces (G = 1) on the bodies of ``target`` by those of ``source`` in a
     periodic cube of side ``box``, in the target's input order: shape (3, n) or, with
     ``with_potential``, (4, n).
@@ -470,6 +484,9 @@ def short_walk(target: TileTree, source: TileTree, eps2: Any, theta: float, box:
     ``split`` is ``r_s`` and ``cutoff`` the distance beyond which the short-range force is
     dropped (``< box / 2``), both in length units; ``eps2`` the squared softening in the
     bodies' dtype; ``spread`` the source's :func:`spread_of` (computed here when None).
+    With ``active`` (a mask of the target's bodies, in its input order) only the groups
+    holding an active body walk: the forces of every body of those groups are exactly the
+    full walk's, those of the other bodies are left zero.
     The trees' cells may hold bodies on both sides of the box (after a drift
     across it): such cells have a large ``b_max`` and are opened, never wrong.
     """
@@ -479,6 +496,9 @@ def short_walk(target: TileTree, source: TileTree, eps2: Any, theta: float, box:
     cells64 = np.array([box, cutoff, split])
     spread = spread_of(source) if spread is None else spread
     groups = target_groups(target.start, target.end, target.skip, target.leaf, GROUP_TARGETS)
+    if active is not None:
+        groups = _active_groups(groups, target.start, target.end,
+                                np.ascontiguousarray(active[target.order]))
     sorted_out = short_walk_sorted(target.targets, groups, source.sources, spread, eps2,
                                    float(theta), law, cells64, bool(with_potential),
                                    8 * numba.get_num_threads())

@@ -32,7 +32,9 @@ The interface (:class:`ForceMethod`) has a planning half, pure arithmetic on a
 * a method that runs individual time steps (:attr:`~ForceMethod.individual_steps`,
   :mod:`nbody_dask.blocksteps`) adds a tick's force tasks on its active tiles
   (:meth:`~ForceMethod.tick_forces`), with what it builds once a block
-  (:meth:`~ForceMethod.open_block`: the tree's trees);
+  (:meth:`~ForceMethod.open_block`: the tree's trees) and, where every body is
+  synchronised, a long-range force stepped on the block (:meth:`~ForceMethod.
+  tick_long_range`: TreePM's mesh);
 * a method whose tasks can fail in a way it knows how to avoid lists those exceptions in
   :attr:`~ForceMethod.fallback_errors`; :meth:`~ForceMethod.fallback_start` names the step
   from which the driver re-runs (from the last committed snapshot) with the method's
@@ -153,6 +155,16 @@ class ForceMethod:
         returned (futures). Return, per active tile, its partials' keys in source order
         (each with the rows :func:`~nbody_dask.integrators.close_block` reads)."""
         raise NotImplementedError
+
+    def tick_long_range(self, plan: Plan, dsk: Graph, name: Callable[..., str],
+                        drifted: dict[int, Any], tick: Any, forces: Any) -> dict[int, str]:
+        """Add to ``dsk`` the long-range forces of a tick of individual time steps, if the
+        method splits one off (a mesh) and every body is synchronised at ``tick`` (a first
+        evaluation, a block's end); return their keys per tile (each tile's forces, G = 1,
+        with the potential if ``forces`` ask for it), none by default. They kick every body
+        by half a block at each end of the block
+        (:func:`~nbody_dask.integrators.close_block`)."""
+        return {}
 
     def fallback_start(self, plan: Plan, error: BaseException) -> int | None:
         """For an error of :attr:`fallback_errors`: the first step of the stretch to re-run

@@ -34,7 +34,9 @@ float32, travels to every tile's interpolation task.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import dask.array as da
 
@@ -71,6 +73,7 @@ class TreePM(ForceMethod):
     name = "treepm"
     parameters = ("box_size", "mesh_size", "mesh_slabs", "split", "cutoff", "theta",
                   "leaf_size")
+    individual_steps = True
 
     def check(self, plan: Plan) -> None:
         if not plan.periodic:
@@ -85,12 +88,16 @@ class TreePM(ForceMethod):
         return tree_tile_size(n, threads, workers, layout)
 
     def settle(self, plan: Plan, threads: int, workers: int, backend: str) -> Plan:
+        if plan.individual and plan.tile_size is None:
+            # one tile, as the tree's individual steps (tiles stay in body order)
+            plan = replace(plan, tile_size=max(plan.n, 1))
         # the short range on GPUs where every worker has one; "auto" (mixed) walks on CPUs,
         # so that where a task runs does not change its bits
         return super().settle(plan, threads, workers, "cuda" if backend == "cuda" else "cpu")
 
     def reorders(self, plan: Plan) -> bool:
-        return plan.n_tiles > 1
+        # spatial tiles, re-cut along the Morton curve (individual time steps: body order)
+        return plan.n_tiles > 1 and not plan.individual
 
     def tasks_per_step(self, plan: Plan) -> int:
         t = plan.n_tiles
@@ -112,19 +119,68 @@ class TreePM(ForceMethod):
                 f"{plan.mesh_size}^3 (TSC, FFT), split {plan.split} cells, cutoff "
                 f"{plan.cutoff} r_s, short-range tree theta={plan.theta}, {tiles}")
 
+    # -- individual time steps: the short range in bins, the mesh on the block -----------------
+
+    def open_block(self, plan: Plan, dsk: Graph, name: Callable[..., str],
+                   tiles: list) -> list:
+        """Each tile's short-range tree at the block's start; the ticks refit it."""
+        trees = [name("bshorttree", i) for i in range(len(tiles))]
+        for tree, tile in zip(trees, tiles, strict=True):
+            dsk[tree] = (tasks.short_tree, tile, plan.leaf_size, None)
+        return trees
+
+    def tick_forces(self, plan: Plan, dsk: Graph, name: Callable[..., str],
+                    sources: list[tuple[Any, float]], drifted: dict[int, Any], tick: Any,
+                    forces: Any, block: list) -> dict[int, list[str]]:
+        """The short range of a tick: every tile's block tree refit to the tick (built
+        afresh where every body is synchronised, as a resume builds them) and a periodic
+        walk per (active tile, source tile) for the groups with active bodies
+        (:func:`~nbody_dask.tasks.active_short_pair_forces`)."""
+        periodic = _periodic(plan, tick.threads)
+        trees = [name("bshorttick", j) for j in range(len(sources))]
+        synchronised = tick.initial or tick.tick == tick.bins.ticks
+        for j, (source, drift) in enumerate(sources):
+            if synchronised:
+                dsk[trees[j]] = (tasks.short_tree, source, plan.leaf_size, None)
+            else:
+                dsk[trees[j]] = (tasks.drifted_short_tree, block[j], source, drift)
+        parts = {}
+        for i, target in drifted.items():
+            parts[i] = [name("bshort", i, j) for j in range(len(sources))]
+            for j, tree in enumerate(trees):
+                dsk[parts[i][j]] = (tasks.active_short_pair_forces, target, trees[i], tree,
+                                    tick, forces, periodic)
+        return parts
+
+    def tick_long_range(self, plan: Plan, dsk: Graph, name: Callable[..., str],
+                        drifted: dict[int, Any], tick: Any, forces: Any) -> dict[int, str]:
+        """The mesh's forces on every body where all are synchronised: the deposits of
+        every tile, the mesh in one task (the plan's ``mesh_slabs`` is 1) and an
+        interpolation per tile."""
+        if not (tick.initial or tick.tick == tick.bins.ticks):
+            return {}
+        periodic = _periodic(plan, tick.threads)
+        tiles = [drifted[i] for i in range(len(drifted))]  # every tile: all are active
+
+        def key(stage: str, *index: int) -> str:
+            return name("b" + stage, *index)
+
+        deposits = _deposits(dsk, key, tiles, periodic)
+        long = _one_task_mesh(plan, dsk, key, tiles, deposits, periodic, tick.threads,
+                              forces.with_potential)
+        return dict(enumerate(long))
+
     def evaluate(self, ev: Evaluation, dsk: Graph, tiles: list, state: ShortTrees | None):
         """A TreePM evaluation at ``ev.step`` (re-tiling first at a re-tiling step or
         without ``state``), yielding a piece to fetch the near tile pairs."""
         plan, t = ev.plan, len(tiles)
-        periodic = tasks.Periodic(plan.box_size, plan.mesh_size, plan.split_length,
-                                  plan.cutoff_length, plan.theta,
-                                  1 if t > 1 and plan.layout == "pairs" else ev.threads,
-                                  plan.backend)
+        periodic = _periodic(plan, 1 if t > 1 and plan.layout == "pairs" else ev.threads)
         if t == 1:  # one tile: its tree, its own walk, the mesh and the kick
             yield from ()
             trees = [ev.key("tree", 0)]
             dsk[trees[0]] = (tasks.short_tree, tiles[0], plan.leaf_size, None)
-            long = _mesh(ev, dsk, tiles, _deposits(ev, dsk, tiles, periodic), periodic)
+            long = _mesh(plan, dsk, ev.key, tiles, _deposits(dsk, ev.key, tiles, periodic),
+                         periodic, ev.threads, ev.with_potential)
             return dsk, _short_range(ev, dsk, tiles, trees, [[0]], periodic, long), None
         if state is not None and ev.step not in plan.retile_steps():
             cube = state.cube
@@ -140,33 +196,43 @@ class TreePM(ForceMethod):
         dsk[ev.key("layout")] = (tasks.periodic_layout, periodic, *extents)
         # the mesh's tasks that need no layout go with this piece: they run while the
         # driver fetches the layout and builds the short range's tasks
-        deposits = _deposits(ev, dsk, tiles, periodic)
-        long = _mesh(ev, dsk, tiles, deposits, periodic) if plan.mesh_slabs == 1 else []
+        deposits = _deposits(dsk, ev.key, tiles, periodic)
+        long = (_mesh(plan, dsk, ev.key, tiles, deposits, periodic, ev.threads,
+                      ev.with_potential) if plan.mesh_slabs == 1 else [])
         refs, (near, spans) = yield from submit(dsk, fetch=ev.key("layout"), tiles=tiles,
                                                 trees=trees, cube=[cube], deposits=deposits,
                                                 long=long)
         tiles, trees, dsk = refs["tiles"], refs["trees"], {}
-        long = refs["long"] or _mesh(ev, dsk, tiles, refs["deposits"], periodic, spans)
+        long = refs["long"] or _mesh(plan, dsk, ev.key, tiles, refs["deposits"], periodic,
+                                     ev.threads, ev.with_potential, spans)
         closed = _short_range(ev, dsk, tiles, trees, near, periodic, long)
         return dsk, closed, ShortTrees(refs["cube"][0])
 
 
-def _deposits(ev: Evaluation, dsk: Graph, tiles: list, periodic: tasks.Periodic
+def _periodic(plan: Plan, threads: int | None) -> tasks.Periodic:
+    """A plan's TreePM parameters for tasks on ``threads`` kernel threads."""
+    return tasks.Periodic(plan.box_size, plan.mesh_size, plan.split_length,
+                          plan.cutoff_length, plan.theta, threads, plan.backend)
+
+
+def _deposits(dsk: Graph, key: Callable[..., str], tiles: list, periodic: tasks.Periodic
               ) -> list[str]:
-    """Each tile's partial mesh: the deposits' keys."""
-    deposits = [ev.key("deposit", i) for i in range(len(tiles))]
+    """Each tile's partial mesh: the deposits' keys (``key(stage, tile)``)."""
+    deposits = [key("deposit", i) for i in range(len(tiles))]
     for deposit, tile in zip(deposits, tiles, strict=True):
         dsk[deposit] = (tasks.mesh_deposit, tile, periodic)
     return deposits
 
 
-def _mesh(ev: Evaluation, dsk: Graph, tiles: list, deposits: list, periodic: tasks.Periodic,
+def _mesh(plan: Plan, dsk: Graph, key: Callable[..., str], tiles: list, deposits: list,
+          periodic: tasks.Periodic, threads: int | None, with_potential: bool,
           spans: list[tuple[int, int]] | None = None) -> list[str]:
-    """The long range from the tiles' deposits: the mesh in one task, or in slabs (which
-    need ``spans``, the planes each tile's weights touch); each tile's interpolation key."""
-    if ev.plan.mesh_slabs > 1 and spans is not None:
-        return _slab_mesh(ev, dsk, tiles, deposits, spans, periodic)
-    return _one_task_mesh(ev, dsk, tiles, deposits, periodic)
+    """The long range from the tiles' deposits, with the potential or not: the mesh in one
+    task (an FFT on ``threads``), or in slabs (which need ``spans``, the planes each tile's
+    weights touch); each tile's interpolation key (``key(stage, ...)`` names the tasks)."""
+    if plan.mesh_slabs > 1 and spans is not None:
+        return _slab_mesh(plan, dsk, key, tiles, deposits, spans, periodic, with_potential)
+    return _one_task_mesh(plan, dsk, key, tiles, deposits, periodic, threads, with_potential)
 
 
 def _short_range(ev: Evaluation, dsk: Graph, tiles: list, trees: list, near: list[list[int]],
@@ -193,53 +259,52 @@ def _short_range(ev: Evaluation, dsk: Graph, tiles: list, trees: list, near: lis
                          lambda count: reduction_groups(count, plan.split_every))
 
 
-def _one_task_mesh(ev: Evaluation, dsk: Graph, tiles: list, deposits: list[str],
-                   periodic: tasks.Periodic) -> list[str]:
+def _one_task_mesh(plan: Plan, dsk: Graph, key: Callable[..., str], tiles: list,
+                   deposits: list[str], periodic: tasks.Periodic, threads: int | None,
+                   with_potential: bool) -> list[str]:
     """The mesh in one piece: the deposits added by the plan's reduction tree, one FFT
     task on the worker's threads, an interpolation per tile; the interpolations' keys."""
-    plan = ev.plan
     meshes = reduce_in_order(dsk, deposits, plan.groups(),
-                             lambda level, g: ev.key(f"meshsum{level}", g),
+                             lambda level, g: key(f"meshsum{level}", g),
                              tasks.mesh_slab, plan.mesh_size, plan.dtype, 0, plan.mesh_size)
-    dsk[ev.key("fft")] = (tasks.mesh_solve, replace(periodic, threads=ev.threads), plan.dtype,
-                          ev.forces.with_potential, *meshes)
-    out = [ev.key("long", i) for i in range(len(tiles))]
+    dsk[key("fft")] = (tasks.mesh_solve, replace(periodic, threads=threads), plan.dtype,
+                       with_potential, *meshes)
+    out = [key("long", i) for i in range(len(tiles))]
     for name, tile in zip(out, tiles, strict=True):
-        dsk[name] = (tasks.mesh_forces, tile, ev.key("fft"), periodic)
+        dsk[name] = (tasks.mesh_forces, tile, key("fft"), periodic)
     return out
 
 
-def _slab_mesh(ev: Evaluation, dsk: Graph, tiles: list, deposits: list[str],
-               spans: list[tuple[int, int]], periodic: tasks.Periodic) -> list[str]:
+def _slab_mesh(plan: Plan, dsk: Graph, key: Callable[..., str], tiles: list,
+               deposits: list[str], spans: list[tuple[int, int]], periodic: tasks.Periodic,
+               with_potential: bool) -> list[str]:
     """The mesh in slabs (:attr:`~nbody_dask.plan.Plan.mesh_slabs`): per slab, the deposits
     that reach it added in tile order by the plan's reduction tree; the FFT and the solve
     as a Dask graph of slabs (:mod:`nbody_dask.meshfft`); per tile, an interpolation from
     the slabs its weights touch. No task holds more than a slab or a tile's region."""
-    plan = ev.plan
     n = plan.mesh_size
     bounds = plan.mesh_slab_bounds()
-    name = ev.key("meshslab")
+    name = key("meshslab")
     layer = {}
     for j, (lo, hi) in enumerate(bounds):
         mine = [deposits[i] for i in range(len(tiles)) if overlaps(spans[i], lo, hi, n)]
         last = reduce_in_order(dsk, mine, reduction_groups(len(mine), plan.split_every),
-                               lambda level, g, j=j: ev.key(f"slabsum{level}", j, g),
+                               lambda level, g, j=j: key(f"slabsum{level}", j, g),
                                tasks.mesh_slab, n, plan.dtype, lo, hi)
         layer[(name, j, 0, 0)] = (tasks.mesh_slab, n, plan.dtype, lo, hi, *last)
     mesh = da.Array(layer, name, chunks=(tuple(hi - lo for lo, hi in bounds), (n,), (n,)),
                     dtype=plan.dtype)
-    fields = meshfft.long_range(mesh, periodic.box, periodic.split,
-                                ev.forces.with_potential, "tsc")
+    fields = meshfft.long_range(mesh, periodic.box, periodic.split, with_potential, "tsc")
     for field in fields:
         dsk.update(dict(field.__dask_graph__()))
-    dsk[ev.key("meshmass")] = (tasks.mesh_mass, *layer)
+    dsk[key("meshmass")] = (tasks.mesh_mass, *layer)
     out = []
     for i, tile in enumerate(tiles):
         first, count = spans[i]
         touched = _slabs_in_plane_order(bounds, first, count, n)
         chunks = [(field.name, j, 0, 0) for field in fields for j in touched]
-        out.append(ev.key("long", i))
-        dsk[out[-1]] = (tasks.mesh_forces_from_slabs, tile, periodic, ev.key("meshmass"),
+        out.append(key("long", i))
+        dsk[out[-1]] = (tasks.mesh_forces_from_slabs, tile, periodic, key("meshmass"),
                         bounds[touched[0]][0], len(fields), *chunks)
     return out
 
