@@ -105,8 +105,14 @@ def tick_graph(plan: Plan, token: str, step: int, tick: int, tiles: Sequence,
     def name(stage: str, *index: int) -> str:
         return key(token, stage, step, tick, *index)
 
-    ticker = tasks.Tick(tick, bins, initial, step, threads)
+    factors = plan.block_factors(step, initial)
+    ticker = tasks.Tick(tick, bins, initial, step, threads, factors)
     forces = tasks.Forces(plan.softening, with_potential)
+
+    def drift(first: int) -> float:  # the drift factor from tick ``first`` to the tick
+        return bins.drift(tick - first) if factors is None else factors.drift_between(first,
+                                                                                      tick)
+
     drifted = {}
     box = plan.box_size if tick == bins.ticks else None  # the state wrapped where it is whole
     for i in active:
@@ -114,15 +120,16 @@ def tick_graph(plan: Plan, token: str, step: int, tick: int, tiles: Sequence,
             drifted[i] = tiles[i]
         else:
             drifted[i] = name("bdrift", i)
-            dsk[drifted[i]] = (tasks.drift_tile, tiles[i], bins.drift(tick - last_tick[i]),
-                               box)
-    sources = [(drifted[j], 0.0) if j in drifted
-               else (tiles[j], bins.drift(tick - last_tick[j])) for j in range(len(tiles))]
+            dsk[drifted[i]] = (tasks.drift_tile, tiles[i], drift(last_tick[i]), box)
+    sources = [(drifted[j], 0.0) if j in drifted else (tiles[j], drift(last_tick[j]))
+               for j in range(len(tiles))]
     partials = plan.force_method.tick_forces(plan, dsk, name, sources, drifted, ticker,
                                              forces, list(block))
     long = plan.force_method.tick_long_range(plan, dsk, name, drifted, ticker, forces)
     parts = [[(p, None) for p in partials[i]] for i in active]
-    closing = tasks.Closing(step, plan.G, None)
+    # a comoving run's momenta at a snapshot: what a resume from it starts from
+    scale = plan.scale_factor(step) if plan.comoving and with_potential else None
+    closing = tasks.Closing(step, plan.G, None, scale)
     out = list(tiles)
     for i, mine in zip(active, parts, strict=True):
         mine = combine(dsk, mine, plan.groups(),
@@ -166,7 +173,7 @@ def block_pieces(plan: Plan, token: str, tiles: Sequence, counts: Counts, first:
         dsk: Graph = {}
         for i, tile in enumerate(tiles):
             tiles[i] = key(token, "bopen", step, i)
-            dsk[tiles[i]] = (tasks.open_tile_block, tile, bins)
+            dsk[tiles[i]] = (tasks.open_tile_block, tile, bins, plan.block_factors(step))
         block = plan.force_method.open_block(
             plan, dsk, lambda stage, *index, step=step: key(token, stage, step, *index), tiles)
         last_tick, tick = [0] * len(tiles), 0

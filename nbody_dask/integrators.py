@@ -24,10 +24,12 @@ not promoted to float64).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .bodies import Tile, wrap
-from .timebins import Bins, next_bins
+from .timebins import BlockFactors, Bins, next_bins
 
 __all__ = ["open_step", "close_step", "canonical", "peculiar", "check_finite",
            "NonFiniteStateError", "INTEGRATOR", "open_block", "drifted",
@@ -95,16 +97,34 @@ def peculiar(tile: Tile, scale: float) -> Tile:
 
 # -- individual time steps (nbody_dask.timebins) ----------------------------------------------
 
-def open_block(tile: Tile, bins: Bins) -> Tile:
+def open_block(tile: Tile, bins: Bins, factors: BlockFactors | None = None) -> Tile:
     """The opening half-kick of every body at a block's start (each by half its bin's step;
     then, with a long-range force, :attr:`~nbody_dask.bodies.Tile.long_acceleration`, by
-    half the block); positions stay, to be drifted by :func:`drifted` when needed."""
+    half the block); positions stay, to be drifted by :func:`drifted` when needed. A
+    comoving run's kicks are its block's ``factors``."""
     ftype = tile.position.dtype.type
     with np.errstate(over="ignore", invalid="ignore"):
-        velocity = tile.velocity + tile.acceleration * bins.half_steps(tile.time_bin, ftype)
+        velocity = tile.velocity + tile.acceleration * _half_kicks(bins, factors,
+                                                                   tile.time_bin, 0, True,
+                                                                   ftype)
         if tile.long_acceleration is not None:
-            velocity = velocity + tile.long_acceleration * ftype(0.5 * bins.dt)
+            velocity = velocity + tile.long_acceleration * _half_block(bins, factors, False,
+                                                                       ftype)
     return tile.evolve(velocity=velocity, potential=None)
+
+
+def _half_kicks(bins: Bins, factors: BlockFactors | None, time_bin: np.ndarray, tick: int,
+                after: bool, ftype: type) -> np.ndarray:
+    """Each body's half-kick factor at ``tick``, after it or before it: half its bin's step,
+    or a comoving block's integral (:meth:`~nbody_dask.timebins.BlockFactors.half_kicks`)."""
+    if factors is None:
+        return bins.half_steps(time_bin, ftype)
+    return factors.half_kicks(time_bin, tick, bins.bins, after, ftype)
+
+
+def _half_block(bins: Bins, factors: BlockFactors | None, second: bool, ftype: type) -> Any:
+    """The kick factor of half a block (its first or ``second`` half)."""
+    return ftype(0.5 * bins.dt) if factors is None else factors.half_block(second, ftype)
 
 
 def drifted(tile: Tile, drift: float) -> np.ndarray:
@@ -119,7 +139,8 @@ def drifted(tile: Tile, drift: float) -> np.ndarray:
 
 def close_block(tile: Tile, forces: np.ndarray, G: float, tick: int, bins: Bins,
                 initial: bool, active: np.ndarray | None = None,
-                long: np.ndarray | None = None) -> Tile:
+                long: np.ndarray | None = None, factors: BlockFactors | None = None,
+                scale: float | None = None) -> Tile:
     """The end of the active bodies' steps at ``tick`` of a block (``bins.ticks``: its end):
     attach their forces, the closing half-kick, their new bins, and unless the block ends
     there the opening half-kick of their next step.
@@ -150,6 +171,13 @@ def close_block(tile: Tile, forces: np.ndarray, G: float, tick: int, bins: Bins,
         a half-kick of half the block and becomes the tile's :attr:`~nbody_dask.bodies.
         Tile.long_acceleration`. ``forces`` are then the short-range part, and the
         criterion reads the sum of both.
+    factors : BlockFactors, optional
+        A comoving run's block (:meth:`~nbody_dask.plan.Plan.block_factors`): its kicks and
+        the criterion's scale at ``tick``.
+    scale : float, optional
+        A comoving run's scale factor at a snapshot (every body active): the momenta
+        become ``(p / a) a``, what a resume from the snapshot starts from (as
+        :func:`close_step`).
     """
     ftype = tile.position.dtype.type
     every = active is None
@@ -169,17 +197,23 @@ def close_block(tile: Tile, forces: np.ndarray, G: float, tick: int, bins: Bins,
             long_acc = long[:3] * ftype(G)
             if potential is not None:
                 potential = potential + long[3] * ftype(G)
-        wanted = bins.wanted(acc if long_acc is None else acc + long_acc, rate2, G)
+        wanted = bins.wanted(acc if long_acc is None else acc + long_acc, rate2, G,
+                             1.0 if factors is None else factors.step_scale[tick])
         if initial:
-            return tile.evolve(acceleration=acc, potential=potential, time_bin=wanted,
-                               long_acceleration=long_acc)
+            velocity = tile.velocity if scale is None else (
+                tile.velocity / ftype(scale)) * ftype(scale)
+            return tile.evolve(velocity=velocity, acceleration=acc, potential=potential,
+                               time_bin=wanted, long_acceleration=long_acc)
         old = tile.time_bin[active]
-        velocity = tile.velocity[:, active] + acc * bins.half_steps(old, ftype)
+        velocity = tile.velocity[:, active] + acc * _half_kicks(bins, factors, old, tick,
+                                                                False, ftype)
         if long is not None:  # the block's closing long-range half-kick
-            velocity = velocity + long_acc * ftype(0.5 * bins.dt)
+            velocity = velocity + long_acc * _half_block(bins, factors, True, ftype)
         new = next_bins(old, wanted, tick % bins.ticks, bins.bins)
         if opening:
-            velocity = velocity + acc * bins.half_steps(new, ftype)
+            velocity = velocity + acc * _half_kicks(bins, factors, new, tick, True, ftype)
+        if scale is not None:
+            velocity = (velocity / ftype(scale)) * ftype(scale)
     if every:
         return tile.evolve(velocity=velocity, acceleration=acc, potential=potential,
                            time_bin=new, long_acceleration=long_acc)

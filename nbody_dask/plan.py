@@ -34,7 +34,9 @@ from typing import TYPE_CHECKING, Any
 from . import config, methods
 from ._validate import check_int, check_real
 from .cosmology import Background
-from .timebins import CRITERIA, DEFAULT_ETA, TIMESTEPS, Bins
+import numpy as np
+
+from .timebins import CRITERIA, DEFAULT_ETA, TIMESTEPS, BlockFactors, Bins, ticks_per_block
 
 if TYPE_CHECKING:
     from .methods import ForceMethod
@@ -148,6 +150,23 @@ def _comoving_factors(cosmology: str, outputs: tuple[float, ...],
     """The leapfrog factors of every step of a comoving run, shape (3, steps)."""
     return Background(cosmology).step_factors(
         [_scale_factor(outputs, output_steps, k) for k in range(output_steps[-1] + 1)])
+
+
+@functools.lru_cache(maxsize=64)
+def _block_factors(cosmology: str, a0: float, a1: float, bins: int) -> BlockFactors:
+    """:class:`~nbody_dask.timebins.BlockFactors` of a block from scale factor ``a0`` to
+    ``a1`` (uniform in ``ln a``), with ``bins`` bins."""
+    ticks = ticks_per_block(bins)
+    background = Background(cosmology)
+    half = np.exp(math.log(a0) + math.log(a1 / a0) * np.arange(2 * ticks + 1) / (2 * ticks))
+    half[0], half[-1] = a0, a1
+    start = np.full(2 * ticks, a0)
+    kick = np.concatenate([[0.0], background.kick(start, half[1:])])
+    whole = half[::2]
+    drift = np.concatenate([[0.0], background.drift(start[:ticks], whole[1:])])
+    scale = background.efunc(whole) * whole**1.5
+    return BlockFactors(tuple(map(float, kick)), tuple(map(float, drift)),
+                        tuple(map(float, scale)))
 
 
 def _scale_factor(outputs: tuple[float, ...], output_steps: tuple[int, ...], step: int
@@ -559,8 +578,6 @@ class Plan:
                  "method", self.method),
                 ("an isolated system or method='treepm'", not self.periodic or treepm,
                  "box_size", self.box_size),
-                ("a box that does not expand", not self.comoving, "cosmology",
-                 self.cosmology),
                 ("step_criterion='acceleration' with method='treepm'",
                  not treepm or self.step_criterion == "acceleration", "step_criterion",
                  self.step_criterion),
@@ -606,6 +623,16 @@ class Plan:
             return 0.5 * self.dt, self.dt, 0.5 * self.dt
         table = _comoving_factors(self.cosmology, self.a_outputs, self.output_steps)
         return tuple(float(table[row, step - 1]) for row in range(3))
+
+    def block_factors(self, step: int, initial: bool = False) -> BlockFactors | None:
+        """A comoving run's block ``step`` (from ``step - 1``) of individual time steps on
+        its timeline (:class:`~nbody_dask.timebins.BlockFactors`); with ``initial``, the
+        first evaluation at ``step`` (a block of no length); None for a static run."""
+        if self.cosmology is None:
+            return None
+        a1 = self.scale_factor(step)
+        a0 = a1 if initial else self.scale_factor(step - 1)
+        return _block_factors(self.cosmology, a0, a1, self.time_bins)
 
     def snapshot_times(self, t0: float) -> list[float]:
         """The ``time`` of each snapshot: ``t0 + step dt``, or a comoving run's scale

@@ -26,7 +26,7 @@ from .location import StoreLocation
 from .plan import reduction_groups
 from .spatial import periodic_neighbours
 from .storage import write_tile
-from .timebins import Bins, active_mask, bin_counts
+from .timebins import BlockFactors, Bins, active_mask, bin_counts
 
 __all__ = ["Forces", "Closing", "Walk", "PairForces", "pair_forces", "symmetric_pair_forces",
            "self_forces", "gather_sources", "row_forces", "tile_tree", "tree_pair_forces",
@@ -157,13 +157,15 @@ class Tick:
     first evaluation of a run or resume (every body active, no kick), the step (block) it
     belongs to, for error messages, and the kernel threads of a force task (1: the serial
     kernel, for tasks that share a worker; None: every core; the result does not depend on
-    them)."""
+    them), and a comoving run's block on its timeline (:meth:`~nbody_dask.plan.Plan.
+    block_factors`; None for a static run)."""
 
     tick: int
     bins: Bins
     initial: bool
     step: int
     threads: int | None = 1
+    factors: BlockFactors | None = None
 
     def active(self, tile: Tile, forces: Forces | None = None) -> np.ndarray | None:
         """The tile's bodies active at this tick (None: all of them); a force task passes
@@ -178,9 +180,9 @@ class Tick:
         return mask
 
 
-def open_tile_block(tile: Tile, bins: Bins) -> Tile:
-    """A block's opening half-kicks of a tile's bodies."""
-    return open_block(tile, bins)
+def open_tile_block(tile: Tile, bins: Bins, factors: BlockFactors | None = None) -> Tile:
+    """A block's opening half-kicks of a tile's bodies (a comoving block's ``factors``)."""
+    return open_block(tile, bins, factors)
 
 
 def drift_tile(tile: Tile, drift: float, box: float | None = None) -> Tile:
@@ -252,7 +254,8 @@ def close_active(closing: Closing, tick: Tick, tile: Tile, long: np.ndarray | No
     a method has them), and check the state is finite."""
     active = tick.active(tile)
     return check_finite(close_block(tile, sum_sides(sides, *parts), closing.G, tick.tick,
-                                    tick.bins, tick.initial, active, long),
+                                    tick.bins, tick.initial, active, long, tick.factors,
+                                    closing.scale),
                         closing.step, active)
 
 

@@ -24,13 +24,14 @@ through :mod:`nbody_dask.tasks`), the per-tile ones plain integers (the graph bu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 __all__ = ["Bins", "TIMESTEPS", "CRITERIA", "DEFAULT_ETA", "bins_for_steps", "ticks_per_block",
            "bin_ticks", "active_mask", "wanted_bins", "pairwise_bins",
            "next_bins", "bin_counts", "tile_active", "active_bodies", "next_tick",
-           "BIN_DTYPE"]
+           "BIN_DTYPE", "BlockFactors"]
 
 #: The time-step schemes: one step for every body, or hierarchical bins.
 TIMESTEPS = ("global", "individual")
@@ -167,13 +168,15 @@ class Bins:
         """The pairwise criterion: the force tasks also sum the pairs' rates."""
         return self.criterion == "pairwise"
 
-    def wanted(self, acceleration: np.ndarray, rate2: np.ndarray | None, G: float
-               ) -> np.ndarray:
+    def wanted(self, acceleration: np.ndarray, rate2: np.ndarray | None, G: float,
+               scale: float = 1.0) -> np.ndarray:
         """The bins the criterion asks for, from the accelerations (G applied) or the
-        pairs' rates (G = 1)."""
+        pairs' rates (G = 1); the step it allows times ``scale`` (a comoving run's
+        :attr:`BlockFactors.step_scale`)."""
         if self.pairwise:
-            return pairwise_bins(rate2, G, self.eta, self.dt, self.bins)
-        return wanted_bins(acceleration, self.softening, self.eta, self.dt, self.bins)
+            return pairwise_bins(rate2, G, self.eta * scale, self.dt, self.bins)
+        return wanted_bins(acceleration, self.softening, self.eta * scale, self.dt,
+                           self.bins)
 
     @property
     def ticks(self) -> int:
@@ -189,3 +192,47 @@ class Bins:
     def drift(self, ticks: int) -> float:
         """The drift factor over ``ticks`` ticks."""
         return ticks * (self.dt / self.ticks)
+
+
+@dataclass(frozen=True)
+class BlockFactors:
+    """A comoving run's block on its timeline (:meth:`nbody_dask.plan.Plan.block_factors`):
+    the leapfrog's factors from the block's start, and the criterion's scale, tick by tick.
+
+    Attributes
+    ----------
+    kick : tuple of float
+        ``int dt / a`` from the block's start to each half tick, ``0 .. 2 ticks``.
+    drift : tuple of float
+        ``int dt / a^2`` from the block's start to each tick, ``0 .. ticks``.
+    step_scale : tuple of float
+        At each tick, ``E(a) a^(3/2)``: a step ``dt_phys`` of the acceleration criterion
+        (physical accelerations ``|F| / a^2`` and softening ``a eps``, for comoving forces
+        ``F`` and softening ``eps``) is ``dt_phys`` times this in ``ln a``, the block's time
+        variable.
+    """
+
+    kick: tuple[float, ...]
+    drift: tuple[float, ...]
+    step_scale: tuple[float, ...]
+
+    def drift_between(self, first: int, last: int) -> float:
+        """The drift factor from tick ``first`` to tick ``last``."""
+        return self.drift[last] - self.drift[first]
+
+    def half_kicks(self, time_bin: np.ndarray, tick: int, bins: int, after: bool,
+                   ftype: type) -> np.ndarray:
+        """Each body's half-kick factor at ``tick``: over the first half of the step of its
+        bin that starts there (``after``), or over the last half of the one that ends
+        there; in ``ftype``."""
+        table = np.asarray(self.kick)
+        half = np.left_shift(1, bins - 1 - np.asarray(time_bin, dtype=np.int64))
+        m = 2 * tick
+        factors = table[m + half] - table[m] if after else table[m] - table[m - half]
+        return factors.astype(ftype)
+
+    def half_block(self, second: bool, ftype: type) -> Any:
+        """The kick factor over the first (or ``second``) half of the block, in ``ftype``."""
+        middle = (len(self.kick) - 1) // 2
+        return ftype(self.kick[-1] - self.kick[middle] if second
+                     else self.kick[middle] - self.kick[0])

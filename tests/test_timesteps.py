@@ -10,6 +10,7 @@ import nbody_dask
 from nbody_dask import timebins
 from nbody_dask.blocksteps import tick_graph
 from nbody_dask.plan import Plan
+from nbody_dask.storage import committed_snapshots
 
 # -- the arithmetic ----------------------------------------------------------------------------
 
@@ -113,15 +114,11 @@ def test_bad_individual_parameters_are_named(field, value, match):
         _plan(**{field: value})
 
 
-def test_treepm_needs_the_acceleration_criterion_and_a_static_box():
+def test_treepm_needs_the_acceleration_criterion_and_the_mesh_in_one_task():
     with pytest.raises(ValueError, match="needs step_criterion='acceleration' with "
                                          "method='treepm' for now, got "
                                          "step_criterion='pairwise'"):
         _plan(method="treepm", box_size=1.0, step_criterion="pairwise")
-    with pytest.raises(ValueError, match="needs a box that does not expand for now, got "
-                                         "cosmology='Planck18'"):
-        _plan(method="treepm", box_size=100.0, cosmology="Planck18", a_start=0.5, a_end=1.0,
-              dt=np.log(2) / 2)
     with pytest.raises(ValueError, match="needs the mesh in one task for now, got "
                                          "mesh_slabs=2"):
         _plan(method="treepm", box_size=1.0, mesh_slabs=2)
@@ -190,8 +187,9 @@ def test_resume_is_bit_identical(client, tmp_path, method):
         if step >= 2:
             raise Crash
 
-    with pytest.raises(Crash):
+    with pytest.raises(Crash), dask.config.set({"nbody.lookahead": 1}):
         nbody_dask.simulate(ds, store=store, callback=crash, **kw)
+    assert committed_snapshots(str(store)) < whole.sizes["time"]  # a resume has work
     resumed = nbody_dask.simulate(store=store, resume=True, client=client, progress=False)
     assert whole.time_bin.values.max() >= 2  # bodies in three bins at least
     for name in ("position", "velocity", "time_bin", "force_evaluations", "total_energy"):
@@ -493,8 +491,9 @@ def test_treepm_resume_and_workers_are_bit_identical(client, tmp_path):
         if step >= 2:
             raise Crash
 
-    with pytest.raises(Crash):
+    with pytest.raises(Crash), dask.config.set({"nbody.lookahead": 1}):
         nbody_dask.simulate(ds, store=store, callback=crash, client=client, **kw)
+    assert committed_snapshots(str(store)) < whole.sizes["time"]  # a resume has work
     runs = [nbody_dask.simulate(store=store, resume=True, client=client, progress=False)]
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as c:
@@ -504,3 +503,85 @@ def test_treepm_resume_and_workers_are_bit_identical(client, tmp_path):
         for name in ("position", "velocity", "time_bin", "force_evaluations",
                      "total_energy"):
             np.testing.assert_array_equal(run[name].values, whole[name].values)
+
+
+# -- comoving boxes: the block's factors from the cosmology -----------------------------------
+
+def test_a_comoving_blocks_factors_add_up_to_the_global_steps():
+    """The kicks of a block's two halves and its drift are the global leapfrog's factors of
+    the same step; the criterion's scale is E(a) a^(3/2) at each tick."""
+    from nbody_dask.cosmology import Background
+
+    plan = Plan(n=512, steps=4, softening=0.1, box_size=64.0, method="treepm",
+                cosmology="Planck18", a_start=0.1, a_end=1.0, dt=np.log(10) / 4,
+                timestep="individual", time_bins=3, step_criterion="acceleration")
+    factors = plan.block_factors(2)
+    opening, drift, closing = plan.step_factors(2)
+    np.testing.assert_allclose([factors.kick[4], factors.kick[8] - factors.kick[4],
+                                factors.drift[4]], [opening, closing, drift], rtol=1e-12)
+    a = plan.scale_factor(1) * (plan.scale_factor(2) / plan.scale_factor(1)) ** (
+        np.arange(5) / 4)
+    np.testing.assert_allclose(factors.step_scale,
+                               Background("Planck18").efunc(a) * a**1.5, rtol=1e-12)
+    start = plan.block_factors(2, initial=True)
+    assert start.kick == (0.0,) * 9 and start.step_scale[0] == pytest.approx(
+        factors.step_scale[-1], rel=1e-12)
+    assert Plan(n=512, steps=4, dt=0.1, softening=0.1).block_factors(1) is None
+
+
+def test_comoving_treepm_with_one_bin_is_the_global_leapfrog(client):
+    ics = nbody_dask.cosmological_ics(8, 64.0, "Planck18", z_start=20, seed=2).compute()
+    kw = dict(steps=6, snapshot_every=3, softening=0.2, dtype="float64", client=client,
+              progress=False)
+    whole = nbody_dask.simulate(ics, **kw)
+    blocks = nbody_dask.simulate(ics, timestep="individual", time_bins=1,
+                                 step_criterion="acceleration", **kw)
+    np.testing.assert_array_equal(blocks.time.values, whole.time.values)
+    np.testing.assert_allclose(blocks.position.values, whole.position.values, rtol=0,
+                               atol=1e-10)
+    np.testing.assert_allclose(blocks.velocity.values, whole.velocity.values, rtol=0,
+                               atol=1e-10 * abs(whole.velocity.values).max())
+
+
+def test_comoving_bins_follow_the_global_step_of_their_shortest_bin(client):
+    """From z = 20 to 0 in 8 blocks of 4 bins (most bodies end in the shortest, the
+    criterion asking for short steps as structure forms): the final state is that of the
+    global run of 64 steps, far closer than the global run of 8."""
+    ics = nbody_dask.cosmological_ics(16, 64.0, "Planck18", z_start=20, seed=2).compute()
+    kw = dict(softening=0.1, dtype="float64", client=client, progress=False)
+    fine = nbody_dask.simulate(ics, steps=64, **kw)
+    coarse = nbody_dask.simulate(ics, steps=8, **kw)
+    bins = nbody_dask.simulate(ics, steps=8, timestep="individual", time_bins=4,
+                               step_criterion="acceleration", **kw)
+
+    def apart(traj):  # mean distance from the fine run's bodies (nearest images)
+        d = (traj.position.values[-1] - fine.position.values[-1] + 32) % 64 - 32
+        return np.sqrt((d**2).sum(axis=1)).mean()
+
+    assert bins.time_bin.values[-1].max() == 3
+    assert apart(bins) < 0.3 * apart(coarse)
+    assert bins.force_evaluations.values.sum() < 64 * 16**3
+
+
+def test_a_comoving_resume_is_bit_identical(client, tmp_path):
+    ics = nbody_dask.cosmological_ics(8, 64.0, "Planck18", z_start=20, seed=3).compute()
+    kw = dict(steps=9, snapshot_every=3, softening=0.2, dtype="float32",
+              timestep="individual", time_bins=3, step_criterion="acceleration",
+              client=client, progress=False)
+    whole = nbody_dask.simulate(ics, **kw)
+    store = tmp_path / "part.zarr"
+
+    class Crash(Exception):
+        pass
+
+    def crash(step, record):
+        if record is not None and step == 3:
+            raise Crash
+
+    with pytest.raises(Crash), dask.config.set({"nbody.lookahead": 1}):
+        nbody_dask.simulate(ics, store=store, callback=crash, **kw)
+    assert committed_snapshots(str(store)) < whole.sizes["time"]  # a resume has work
+    resumed = nbody_dask.simulate(store=store, resume=True, client=client, progress=False)
+    assert whole.time_bin.values.max() >= 1
+    for name in ("time", "position", "velocity", "time_bin", "force_evaluations"):
+        np.testing.assert_array_equal(resumed[name].values, whole[name].values)
