@@ -101,13 +101,13 @@ def main() -> None:
                    "(e.g. 3,1,0.5).")
 @click.option("--timestep", type=click.Choice(["global", "individual"]), default=None,
               help="One step --dt for every body, or individual power-of-two steps "
-                   "dt / 2**k per body, --dt the longest (direct method, isolated systems) "
+                   "dt / 2**k per body, --dt the longest (direct, tree or treepm) "
                    "[default: nbody.timestep, global].")
 @click.option("--step-criterion", type=click.Choice(["pairwise", "acceleration"]),
               default=None,
               help="Individual steps: eta times a smooth maximum of the free-fall times of a "
                    "body's pairs, or eta sqrt(softening / |a|) "
-                   "[default: nbody.step-criterion, pairwise].")
+                   "[default: nbody.step-criterion, pairwise; acceleration for treepm].")
 @click.option("--eta", type=float, default=None,
               help="Individual steps' accuracy parameter [default: 0.005 pairwise, 0.22 "
                    "acceleration].")

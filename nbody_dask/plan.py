@@ -419,7 +419,9 @@ class Plan:
         (:mod:`nbody_dask.timebins`): a plan step is then a *block* of ``dt`` in which each
         body takes the steps its bin asks for, every body synchronised at the block's end.
     step_criterion : {"pairwise", "acceleration"}
-        Individual time steps: how a body's step is chosen (:mod:`nbody_dask.timebins`).
+        Individual time steps: how a body's step is chosen (:mod:`nbody_dask.timebins`;
+        None: ``nbody.step-criterion``, whose default is ``"pairwise"``, and
+        ``"acceleration"`` for TreePM, whose short range sums no pairs' rates).
     eta : float
         Individual time steps: the criterion's accuracy parameter (None: the criterion's
         default, :data:`~nbody_dask.timebins.DEFAULT_ETA`).
@@ -489,6 +491,8 @@ class Plan:
         for name in _CONFIGURED:
             if getattr(self, name) is None:
                 keep(name, config.get(name.replace("_", "-")))
+        if self.step_criterion is None:  # TreePM's short range sums no pair rates
+            keep("step_criterion", "acceleration" if self.method == "treepm" else "pairwise")
 
         if self.box_size is not None:
             keep("box_size", check_real("box_size", self.box_size, positive=True))

@@ -124,6 +124,10 @@ def test_treepm_needs_the_acceleration_criterion_and_the_mesh_in_one_task():
         _plan(method="treepm", box_size=1.0, mesh_slabs=2)
     plan = _plan(method="treepm", box_size=1.0, n=200_000_000)  # a mesh beyond 512^3
     assert plan.individual and plan.mesh_slabs == 1
+    assert Plan(n=800, steps=2, dt=0.1, softening=0.01, method="treepm", box_size=1.0,
+                timestep="individual").step_criterion == "acceleration"
+    assert Plan(n=800, steps=2, dt=0.1, softening=0.01, method="tree",
+                timestep="individual").step_criterion == "pairwise"
 
 
 def test_simulate_refuses_bad_parameters_before_any_work(no_cluster):
@@ -551,8 +555,7 @@ def test_comoving_bins_follow_the_global_step_of_their_shortest_bin(client):
     kw = dict(softening=0.1, dtype="float64", client=client, progress=False)
     fine = nbody_dask.simulate(ics, steps=64, **kw)
     coarse = nbody_dask.simulate(ics, steps=8, **kw)
-    bins = nbody_dask.simulate(ics, steps=8, timestep="individual", time_bins=4,
-                               step_criterion="acceleration", **kw)
+    bins = nbody_dask.simulate(ics, steps=8, timestep="individual", time_bins=4, **kw)
 
     def apart(traj):  # mean distance from the fine run's bodies (nearest images)
         d = (traj.position.values[-1] - fine.position.values[-1] + 32) % 64 - 32
