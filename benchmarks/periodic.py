@@ -12,8 +12,9 @@ Sections (all by default):
     interpolation, tree build, short-range walk) against the isolated tree's walk of the
     same bodies at the same theta and leaf size; then ``accelerations()`` of TreePM and of
     the isolated tree on the default local cluster, a ``simulate()`` step, and TreePM on 2
-    worker processes of 1 thread (4 spatial tiles) against 1 process: one evaluation (with
-    its re-tiling) and a ``simulate()`` step in steady state (differential timing).
+    worker processes of 1 thread against 1 process, with ``layout="pairs"`` (4 spatial
+    tiles) and ``"rows"`` (a tile a worker): one evaluation (with its re-tiling) and a
+    ``simulate()`` step in steady state (differential timing).
 ``crossover``
     One evaluation of the Ewald sum (``method="direct"``) and of TreePM for growing N: where
     ``method="auto"`` switches (``plan.PERIODIC_CROSSOVER``).
@@ -128,6 +129,10 @@ def cost(n: int, client: Client) -> list[dict]:
                 ds, box_size=1.0, method="treepm", dtype="float32", client=two,
                 tile_size=-(-n // 4)))
             two_step = _step_time(ds, two, tile_size=-(-n // 4))
+            _, two_rows = _timed(lambda ds=ds: nbody_dask.accelerations(
+                ds, box_size=1.0, method="treepm", dtype="float32", client=two,
+                layout="rows"))
+            two_rows_step = _step_time(ds, two, layout="rows")
         row = dict(box=kind, n=n, mesh=mesh, deposit=deposit, mesh_sum=mesh_sum, fft=fft,
                    interpolation=interpolation, tree_build=build, short_range=short,
                    isolated_tree_walk=isolated, short_over_isolated=short / isolated,
@@ -135,7 +140,10 @@ def cost(n: int, client: Client) -> list[dict]:
                    evaluation_over_tree=evaluation / tree_evaluation, simulate_step=step,
                    step_over_evaluation=step / evaluation, two_processes=two_processes,
                    two_over_one=two_processes / evaluation, steady_step=one_step,
-                   steady_step_two_processes=two_step, steady_two_over_one=two_step / one_step)
+                   steady_step_two_processes=two_step, steady_two_over_one=two_step / one_step,
+                   two_processes_rows=two_rows, two_rows_over_one=two_rows / evaluation,
+                   steady_step_two_processes_rows=two_rows_step,
+                   steady_two_rows_over_one=two_rows_step / one_step)
         rows.append(row)
         print("cost " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
                                   for k, v in row.items()), flush=True)
