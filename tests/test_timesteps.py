@@ -176,25 +176,29 @@ def test_bins_and_work_are_stored(client, tmp_path):
     assert 300 * 2 < work[1] < 300 * 2 * 16  # more than one step each, less than the finest
 
 
+def _resumed_after_a_crash(bodies, store, step: int, client, **kw):
+    """The run of ``bodies`` stopped by an exception at its snapshot of ``step`` (its last
+    snapshot not yet committed), then resumed from ``store``."""
+    class Crash(Exception):
+        pass
+
+    def crash(at, record):
+        if record is not None and at >= step:
+            raise Crash
+
+    with pytest.raises(Crash), dask.config.set({"nbody.lookahead": 1}):
+        nbody_dask.simulate(bodies, store=store, callback=crash, client=client, **kw)
+    assert committed_snapshots(str(store)) < kw["steps"] // kw["snapshot_every"] + 1  # work left
+    return nbody_dask.simulate(store=store, resume=True, client=client, progress=False)
+
+
 @pytest.mark.parametrize("method", ["direct", "tree"])
 def test_resume_is_bit_identical(client, tmp_path, method):
     ds = nbody_dask.hernquist(200, seed=4)
     kw = dict(_RUN, steps=4, snapshot_every=2, timestep="individual", eta=0.1, time_bins=4,
-              tile_size=100, client=client, method=method)
-    whole = nbody_dask.simulate(ds, **kw)
-    store = tmp_path / "part.zarr"
-
-    class Crash(Exception):
-        pass
-
-    def crash(step, record):
-        if step >= 2:
-            raise Crash
-
-    with pytest.raises(Crash), dask.config.set({"nbody.lookahead": 1}):
-        nbody_dask.simulate(ds, store=store, callback=crash, **kw)
-    assert committed_snapshots(str(store)) < whole.sizes["time"]  # a resume has work
-    resumed = nbody_dask.simulate(store=store, resume=True, client=client, progress=False)
+              tile_size=100, method=method)
+    whole = nbody_dask.simulate(ds, client=client, **kw)
+    resumed = _resumed_after_a_crash(ds, tmp_path / "part.zarr", 2, client, **kw)
     assert whole.time_bin.values.max() >= 2  # bodies in three bins at least
     for name in ("position", "velocity", "time_bin", "force_evaluations", "total_energy"):
         np.testing.assert_array_equal(resumed[name].values, whole[name].values)
@@ -486,19 +490,7 @@ def test_treepm_resume_and_workers_are_bit_identical(client, tmp_path):
     kw = dict(_BOX, steps=4, snapshot_every=2, timestep="individual", time_bins=4,
               tile_size=200, dtype="float32")
     whole = nbody_dask.simulate(ds, client=client, **kw)
-    store = tmp_path / "part.zarr"
-
-    class Crash(Exception):
-        pass
-
-    def crash(step, record):
-        if step >= 2:
-            raise Crash
-
-    with pytest.raises(Crash), dask.config.set({"nbody.lookahead": 1}):
-        nbody_dask.simulate(ds, store=store, callback=crash, client=client, **kw)
-    assert committed_snapshots(str(store)) < whole.sizes["time"]  # a resume has work
-    runs = [nbody_dask.simulate(store=store, resume=True, client=client, progress=False)]
+    runs = [_resumed_after_a_crash(ds, tmp_path / "part.zarr", 2, client, **kw)]
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as c:
         runs.append(nbody_dask.simulate(ds, client=c, **kw).load())
@@ -570,21 +562,9 @@ def test_a_comoving_resume_is_bit_identical(client, tmp_path):
     ics = nbody_dask.cosmological_ics(8, 64.0, "Planck18", z_start=20, seed=3).compute()
     kw = dict(steps=9, snapshot_every=3, softening=0.2, dtype="float32",
               timestep="individual", time_bins=3, step_criterion="acceleration",
-              client=client, progress=False)
-    whole = nbody_dask.simulate(ics, **kw)
-    store = tmp_path / "part.zarr"
-
-    class Crash(Exception):
-        pass
-
-    def crash(step, record):
-        if record is not None and step == 3:
-            raise Crash
-
-    with pytest.raises(Crash), dask.config.set({"nbody.lookahead": 1}):
-        nbody_dask.simulate(ics, store=store, callback=crash, **kw)
-    assert committed_snapshots(str(store)) < whole.sizes["time"]  # a resume has work
-    resumed = nbody_dask.simulate(store=store, resume=True, client=client, progress=False)
+              progress=False)
+    whole = nbody_dask.simulate(ics, client=client, **kw)
+    resumed = _resumed_after_a_crash(ics, tmp_path / "part.zarr", 3, client, **kw)
     assert whole.time_bin.values.max() >= 1
     for name in ("time", "position", "velocity", "time_bin", "force_evaluations"):
         np.testing.assert_array_equal(resumed[name].values, whole[name].values)
