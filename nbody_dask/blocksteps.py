@@ -6,6 +6,10 @@ task a tile). Then, tick by tick, only the ticks where some body's step ends, an
 only the *active* tiles (those holding such a body) get tasks:
 
 * the tile drifted to the tick (its bodies move in straight lines between their kicks);
+  where every body is synchronised (a first evaluation, a block's end) the tree's and
+  TreePM's spatial tiles are re-cut from the positions there
+  (:meth:`~nbody_dask.methods.ForceMethod.synchronised_tiles`), so that a resume, which
+  starts there, cuts the same tiles;
 * the force method's tasks (:meth:`~nbody_dask.methods.ForceMethod.tick_forces`), one per
   source tile: the forces on the tile's active bodies due to the source at the tick. Direct
   summation drifts the source inside the task (a source tile that is not active is not
@@ -121,6 +125,10 @@ def tick_graph(plan: Plan, token: str, step: int, tick: int, tiles: Sequence,
         else:
             drifted[i] = name("bdrift", i)
             dsk[drifted[i]] = (tasks.drift_tile, tiles[i], drift(last_tick[i]), box)
+    if initial or tick == bins.ticks:  # every body synchronised: spatial tiles re-cut
+        cut = plan.force_method.synchronised_tiles(plan, dsk, token, step,
+                                                   [drifted[i] for i in range(len(tiles))])
+        drifted = dict(enumerate(cut))
     sources = [(drifted[j], 0.0) if j in drifted else (tiles[j], drift(last_tick[j]))
                for j in range(len(tiles))]
     partials = plan.force_method.tick_forces(plan, dsk, name, sources, drifted, ticker,

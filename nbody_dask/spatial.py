@@ -167,7 +167,8 @@ def _concatenate(tiles: list[Tile], start: int) -> Tile:
         return np.ascontiguousarray(np.concatenate(arrays, axis=-1))
 
     return Tile(start, join("position"), join("velocity"), join("mass"), join("acceleration"),
-                join("potential"), np.concatenate([t.body_ids for t in tiles]))
+                join("potential"), np.concatenate([t.body_ids for t in tiles]),
+                join("time_bin"), join("long_acceleration"))
 
 
 def merge_parts(*parts: tuple[np.ndarray, Tile]) -> Tile:
@@ -200,4 +201,5 @@ def merge_by_id(start: int, *parts: Tile) -> Tile:
     if not np.array_equal(tile.body_ids, expected):
         raise RuntimeError(f"routing to body order lost bodies in the chunk from {start}")
     return Tile(start, tile.position, tile.velocity, tile.mass, tile.acceleration,
-                tile.potential)
+                tile.potential, time_bin=tile.time_bin,
+                long_acceleration=tile.long_acceleration)

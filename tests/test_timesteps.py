@@ -410,16 +410,18 @@ def test_one_and_two_bodies(client, n, criterion, method):
         assert traj.time_bin.values.min() > 0  # shorter than the block
 
 
-def test_the_tree_takes_individual_steps_on_one_tile_on_any_cluster():
-    """Its tiles would stay in body order, each tree spanning the system: one tile, whose
-    blocks run in one task, unless tile_size says otherwise."""
-    plan = Plan(n=50_000, steps=2, dt=0.1, softening=0.01, method="tree",
-                timestep="individual")
-    assert plan.settle(8, 4, "cpu").n_tiles == 1
-    assert Plan(n=50_000, steps=2, dt=0.1, softening=0.01, method="tree").settle(
-        8, 4, "cpu").n_tiles > 1
-    assert Plan(n=50_000, steps=2, dt=0.1, softening=0.01, method="tree",
-                timestep="individual", tile_size=10_000).settle(8, 4, "cpu").n_tiles == 5
+def test_the_tree_cuts_spatial_tiles_for_individual_steps_as_for_global_ones():
+    """One worker: one tile, whose blocks run in one task; several: the spatial tiles of the
+    global step, re-cut where every body is synchronised (routed back to body order for
+    snapshots)."""
+    kw = dict(n=50_000, steps=2, dt=0.1, softening=0.01)
+    for method in ("tree", "treepm"):
+        box = {"box_size": 1.0} if method == "treepm" else {}
+        one = Plan(method=method, timestep="individual", **box, **kw).settle(2, 1, "cpu")
+        several = Plan(method=method, timestep="individual", **box, **kw).settle(8, 4, "cpu")
+        assert one.n_tiles == 1 and not one.spatial
+        assert several.n_tiles == Plan(method=method, **box, **kw).settle(8, 4, "cpu").n_tiles
+        assert several.n_tiles > 1 and several.spatial
 
 
 # -- TreePM: the short range in bins, the mesh on the block ----------------------------------

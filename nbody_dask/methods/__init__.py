@@ -31,7 +31,8 @@ The interface (:class:`ForceMethod`) has a planning half, pure arithmetic on a
   (a :class:`CarriedState`, or None);
 * a method that runs individual time steps (:attr:`~ForceMethod.individual_steps`,
   :mod:`nbody_dask.blocksteps`) adds a tick's force tasks on its active tiles
-  (:meth:`~ForceMethod.tick_forces`), with what it builds once a block
+  (:meth:`~ForceMethod.tick_forces`) on tiles it may re-cut where every body is
+  synchronised (:meth:`~ForceMethod.synchronised_tiles`), with what it builds once a block
   (:meth:`~ForceMethod.open_block`: the tree's trees) and, where every body is
   synchronised, a long-range force stepped on the block (:meth:`~ForceMethod.
   tick_long_range`: TreePM's mesh);
@@ -143,6 +144,14 @@ class ForceMethod:
         from ``name(stage, tile)``), built from ``tiles`` (every body synchronised at the
         block's start); return their keys (none by default)."""
         return []
+
+    def synchronised_tiles(self, plan: Plan, dsk: Graph, token: str, step: int,
+                           tiles: list) -> list:
+        """Where every body of a run with individual time steps is synchronised (its first
+        evaluation, each block's end: where snapshots are taken and resumes start), the
+        tiles to compute the forces on and go on with: ``tiles`` themselves by default;
+        spatial tiles re-cut from the positions alone (so a resume cuts the same ones)."""
+        return tiles
 
     def tick_forces(self, plan: Plan, dsk: Graph, name: Callable[..., str],
                     sources: list[tuple[Any, float]], drifted: dict[int, Any], tick: Any,

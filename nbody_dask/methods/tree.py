@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from .. import tasks
@@ -78,16 +78,16 @@ class Tree(ForceMethod):
         return tree_tile_size(n, threads, workers, layout)
 
     def settle(self, plan: Plan, threads: int, workers: int, backend: str) -> Plan:
-        if plan.individual and plan.tile_size is None:
-            # one tile: individual steps keep tiles in body order, and T such tiles (each
-            # spanning the system) would cost T walks of the whole; its blocks run in one
-            # task on one worker's cores
-            plan = replace(plan, tile_size=max(plan.n, 1))
         return super().settle(plan, threads, workers, "cpu")
 
     def reorders(self, plan: Plan) -> bool:
-        # spatial tiles, re-cut along the Morton curve (individual time steps: body order)
-        return plan.n_tiles > 1 and not plan.individual
+        # spatial tiles, re-cut along the Morton curve
+        return plan.n_tiles > 1
+
+    def synchronised_tiles(self, plan: Plan, dsk: Graph, token: str, step: int,
+                           tiles: list) -> list:
+        """Spatial tiles re-cut along the Morton curve from the synchronised positions."""
+        return retile(dsk, plan, token, step, tiles) if len(tiles) > 1 else tiles
 
     def tasks_per_step(self, plan: Plan) -> int:
         t = plan.n_tiles

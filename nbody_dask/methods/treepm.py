@@ -88,16 +88,17 @@ class TreePM(ForceMethod):
         return tree_tile_size(n, threads, workers, layout)
 
     def settle(self, plan: Plan, threads: int, workers: int, backend: str) -> Plan:
-        if plan.individual and plan.tile_size is None:
-            # one tile, as the tree's individual steps (tiles stay in body order)
-            plan = replace(plan, tile_size=max(plan.n, 1))
         # the short range on GPUs where every worker has one; "auto" (mixed) walks on CPUs,
         # so that where a task runs does not change its bits
         return super().settle(plan, threads, workers, "cuda" if backend == "cuda" else "cpu")
 
     def reorders(self, plan: Plan) -> bool:
-        # spatial tiles, re-cut along the Morton curve (individual time steps: body order)
-        return plan.n_tiles > 1 and not plan.individual
+        return plan.n_tiles > 1
+
+    def synchronised_tiles(self, plan: Plan, dsk: Graph, token: str, step: int,
+                           tiles: list) -> list:
+        """Spatial tiles re-cut along the Morton curve from the synchronised positions."""
+        return retile(dsk, plan, token, step, tiles) if len(tiles) > 1 else tiles
 
     def tasks_per_step(self, plan: Plan) -> int:
         t = plan.n_tiles
