@@ -2,14 +2,15 @@
 
     python benchmarks/timesteps.py [--ic hernquist|merger] [--n 16384] [--t-end 5.66]
         [--global-dt 512 1024 2048] [--eta 0.04 0.02 0.01] [--criterion pairwise]
-        [--method direct|tree] [--theta 0.5] [--json out.json]
+        [--method direct|tree] [--theta 0.5] [--processes 2] [--json out.json]
 
 One set of initial conditions (a Hernquist sphere, or two of half the mass on a bound
 orbit), float32, Plummer softening ``--softening``, direct summation on the default local
 cluster (one tile: the global step runs fused with the symmetric kernel, the individual
 steps as fused blocks with the parallel kernel), or with ``--method tree`` the tree
 (``--theta``; one tile: a tree and its walk a step, or fused blocks whose tree is refit at
-every tick). The global step runs at ``dt = 1 / k`` for each ``k`` of ``--global-dt``; the
+every tick; with ``--processes N``, N worker processes of one thread and the tree's spatial
+tiles). The global step runs at ``dt = 1 / k`` for each ``k`` of ``--global-dt``; the
 individual steps at each ``eta`` with blocks of ``--block`` and ``--bins`` bins. For every
 run: the wall time, force evaluations per body, the largest relative energy error over the
 snapshots (every 1/8 time unit), the momentum drift and the 10/50/90% Lagrangian radii at
@@ -74,6 +75,9 @@ def main() -> None:
     parser.add_argument("--method", choices=("direct", "tree"), default="direct")
     parser.add_argument("--theta", type=float, default=None, help="the tree's (default: "
                         "the configured one)")
+    parser.add_argument("--processes", type=int, default=0,
+                        help="worker processes of one thread (spatial tiles for the tree); "
+                             "0: the default cluster, one in-process worker")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
@@ -91,7 +95,11 @@ def main() -> None:
         common["theta"] = args.theta
         out["theta"] = args.theta or nbody_dask.config.get("theta")
     out["method"] = args.method
-    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, \
+    out["processes"] = args.processes
+    cluster_kw = (dict(n_workers=args.processes, threads_per_worker=1, processes=True,
+                       host="127.0.0.1") if args.processes
+                  else dict(n_workers=1, processes=False))
+    with LocalCluster(dashboard_address=None, **cluster_kw) as cluster, \
             Client(cluster) as client:
         nbody_dask.simulate(bodies, steps=2, dt=1 / 64, client=client, **common)  # warm up
         nbody_dask.simulate(bodies, steps=2, dt=1 / 64, client=client,

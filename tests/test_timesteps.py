@@ -410,18 +410,24 @@ def test_one_and_two_bodies(client, n, criterion, method):
         assert traj.time_bin.values.min() > 0  # shorter than the block
 
 
-def test_the_tree_cuts_spatial_tiles_for_individual_steps_as_for_global_ones():
-    """One worker: one tile, whose blocks run in one task; several: the spatial tiles of the
-    global step, re-cut where every body is synchronised (routed back to body order for
+def test_the_tree_cuts_spatial_tiles_for_individual_steps_beyond_one_workers_tile():
+    """Up to TREE_ONE_TILE_MAX bodies one tile on any cluster, whose blocks run in one task
+    (no round trip per tick); beyond, or with tile_size, the spatial tiles of the global
+    step, re-cut where every body is synchronised (routed back to body order for
     snapshots)."""
-    kw = dict(n=50_000, steps=2, dt=0.1, softening=0.01)
+    from nbody_dask.plan import TREE_ONE_TILE_MAX
+
     for method in ("tree", "treepm"):
         box = {"box_size": 1.0} if method == "treepm" else {}
-        one = Plan(method=method, timestep="individual", **box, **kw).settle(2, 1, "cpu")
-        several = Plan(method=method, timestep="individual", **box, **kw).settle(8, 4, "cpu")
+        kw = dict(steps=2, dt=0.1, softening=0.01, method=method, **box)
+        one = Plan(n=50_000, timestep="individual", **kw).settle(8, 4, "cpu")
         assert one.n_tiles == 1 and not one.spatial
-        assert several.n_tiles == Plan(method=method, **box, **kw).settle(8, 4, "cpu").n_tiles
-        assert several.n_tiles > 1 and several.spatial
+        given = Plan(n=50_000, timestep="individual", tile_size=10_000, **kw).settle(8, 4,
+                                                                                     "cpu")
+        assert given.n_tiles == 5 and given.spatial
+        n = TREE_ONE_TILE_MAX + 1
+        big = Plan(n=n, timestep="individual", **kw).settle(8, 4, "cpu")
+        assert big.n_tiles == Plan(n=n, **kw).settle(8, 4, "cpu").n_tiles > 1 and big.spatial
 
 
 # -- TreePM: the short range in bins, the mesh on the block ----------------------------------

@@ -36,7 +36,7 @@ from typing import Any
 from .. import tasks
 from ..graph import Evaluation, Graph, close_targets, cube_key, retile, submit
 from ..kernels.farfield import FarFieldError
-from ..plan import TREE_ONE_TILE_MAX, Plan, reduction_groups, tree_tile_size
+from ..plan import TREE_ONE_TILE_MAX, Plan, individual_tiles, reduction_groups, tree_tile_size
 from . import ForceMethod, register
 
 __all__ = ["Tree", "TREE", "TreeWindow", "tree_tile_size", "TREE_ONE_TILE_MAX"]
@@ -78,7 +78,7 @@ class Tree(ForceMethod):
         return tree_tile_size(n, threads, workers, layout)
 
     def settle(self, plan: Plan, threads: int, workers: int, backend: str) -> Plan:
-        return super().settle(plan, threads, workers, "cpu")
+        return super().settle(individual_tiles(plan), threads, workers, "cpu")
 
     def reorders(self, plan: Plan) -> bool:
         # spatial tiles, re-cut along the Morton curve

@@ -43,7 +43,7 @@ import dask.array as da
 from .. import meshfft, tasks
 from ..graph import (Evaluation, Graph, close_targets, cube_key, reduce_in_order, retile,
                      submit)
-from ..plan import Plan, reduction_groups, tree_tile_size
+from ..plan import Plan, individual_tiles, reduction_groups, tree_tile_size
 from ..kernels.pm import overlaps
 from ..spatial import tile_extent
 from . import ForceMethod, register
@@ -88,6 +88,7 @@ class TreePM(ForceMethod):
         return tree_tile_size(n, threads, workers, layout)
 
     def settle(self, plan: Plan, threads: int, workers: int, backend: str) -> Plan:
+        plan = individual_tiles(plan)
         # the short range on GPUs where every worker has one; "auto" (mixed) walks on CPUs,
         # so that where a task runs does not change its bits
         return super().settle(plan, threads, workers, "cuda" if backend == "cuda" else "cpu")
