@@ -192,11 +192,12 @@ def simulate(
         bodies whose steps end get forces (from all bodies) and kicks; ``dt`` is the longest
         step and every body is synchronised after each of the ``steps`` (snapshots and
         resumes happen there). The trajectory then has ``time_bin(time, body)`` and
-        ``force_evaluations(time)``. For now with the direct method on CPUs, in isolated
-        systems. See :mod:`nbody_dask.timebins` and the user guide's "Individual time
-        steps".
+        ``force_evaluations(time)``. With the direct method, the tree, or TreePM in static
+        and comoving boxes (the short range in bins, the mesh on the longest step), on
+        CPUs. See :mod:`nbody_dask.timebins` and the user guide's "Individual time steps".
     step_criterion : {"pairwise", "acceleration"}, optional
-        ``nbody.step-criterion`` ("pairwise") by default: a body's step is ``eta`` times a
+        ``nbody.step-criterion`` by default, which is "pairwise" (and "acceleration" with
+        TreePM, whose short range sums no pairs' rates): a body's step is ``eta`` times a
         smooth maximum of the free-fall times ``sqrt(r^3 / G(m_i + m_j))`` of its pairs
         (softened). ``"acceleration"``: ``eta sqrt(softening / |a|)`` (GADGET's; needs
         softening > 0).
