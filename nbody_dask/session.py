@@ -66,9 +66,12 @@ def stop_on_signals() -> Iterator[StopRequest]:
 
 
 @contextmanager
-def progress_bar(enabled: bool, steps: int) -> Iterator[Callable[[int, dict | None], None]]:
-    """A rich progress bar with steps/s, ETA, the relative energy error and, when recorded,
-    the median sampled force error."""
+def progress_bar(enabled: bool, steps: int,
+                 redshift: Callable[[int], float] | None = None
+                 ) -> Iterator[Callable[[int, dict | None], None]]:
+    """A rich progress bar with steps/s, ETA, the relative energy error (a comoving run, whose
+    energy is not conserved: the redshift after each step, ``redshift(step)``) and, when
+    recorded, the median sampled force error."""
     if not enabled:
         yield lambda step, record: None
         return
@@ -85,15 +88,17 @@ def progress_bar(enabled: bool, steps: int) -> Iterator[Callable[[int, dict | No
 
         def report(step: int, record: dict | None) -> None:
             fields = {"rate": f"{step / max(time.perf_counter() - start, 1e-9):.1f}"}
-            if record is not None:
+            if redshift is not None:
+                fields["energy"] = f"z = {redshift(step):.3g}"
+            elif record is not None:
                 if not energy0:
                     energy0.append(record["total_energy"])
                 e0 = energy0[0]
                 if e0 != 0:
                     fields["energy"] = f"|dE/E| {abs(record['total_energy'] / e0 - 1):.2e}"
-                if "force_error" in record:
-                    fields["energy"] = (f"{fields.get('energy', '')}  force error median "
-                                        f"{record['force_error'][0]:.1e}")
+            if record is not None and "force_error" in record:
+                fields["energy"] = (f"{fields.get('energy', '')}  force error median "
+                                    f"{record['force_error'][0]:.1e}")
             bar.update(task, completed=step, **fields)
 
         yield report

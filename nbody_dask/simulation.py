@@ -307,7 +307,10 @@ def simulate(
                     if is_lazy(ds):
                         ds = check_on_cluster(ds, plan)
                     _create_store(path, ds, plan, t0, lease)
-            with progress_bar(show_progress, plan.steps) as report, stop_on_signals() as stop:
+            redshift = (lambda step: 1 / plan.scale_factor(step) - 1) if plan.comoving \
+                else None
+            with progress_bar(show_progress, plan.steps, redshift) as report, \
+                    stop_on_signals() as stop:
                 energy = EnergyBound(max_energy_error, path if resume else None)
                 on_complete = _reporter(report, energy.check, callback)
                 Driver(c, plan, path, lease, on_complete, stop).run_with_restarts(ds)

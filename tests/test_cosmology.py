@@ -408,3 +408,18 @@ def test_camb_spectrum_has_the_cosmologys_sigma8_and_follows_eisenstein_hu():
     assert sigma8 == pytest.approx(cosmo.meta["sigma8"], rel=2e-3)
     with pytest.raises(ValueError, match="power must be a callable P\\(k\\) or one of"):
         linear_power(cosmo, "bbks")
+
+
+def test_the_progress_bar_of_a_comoving_run_shows_the_redshift(capsys):
+    """An expanding box conserves no energy: its progress shows z, not |dE/E|."""
+    from nbody_dask.session import progress_bar
+
+    with progress_bar(True, 2, lambda step: 3.0 / step) as report:
+        report(1, {"total_energy": -1.0})
+        report(2, {"total_energy": -2.0})
+    shown = capsys.readouterr().out
+    assert "z = 1.5" in shown and "dE/E" not in shown
+    with progress_bar(True, 2) as report:
+        report(1, {"total_energy": -1.0})
+        report(2, {"total_energy": -2.0})
+    assert "|dE/E| 1.00e+00" in capsys.readouterr().out
