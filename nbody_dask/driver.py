@@ -40,7 +40,7 @@ from .plan import Plan, submission_ends
 from .storage import SnapshotCommitter, committed_snapshots, open_trajectory
 
 __all__ = ["Driver", "SimulationInterrupted", "RECOVERABLE", "submit_pieces", "load_snapshot",
-           "run_token", "settle"]
+           "run_token", "settle", "tiles_on_cluster"]
 
 #: Errors after which a run restarts from its last committed snapshot (lost workers).
 RECOVERABLE = (FutureCancelledError, KilledWorker, CommClosedError, CancelledError)
@@ -176,14 +176,7 @@ class Driver:
         step = self.snapshot_steps[index]
         # a comoving run's state carries momenta, its snapshots peculiar velocities
         scale = plan.scale_factor(step) if plan.comoving else None
-        if is_lazy(bodies):  # each worker builds its tiles from the bodies' Dask arrays
-            tiles = _computed(c, lazy_tiles(bodies, plan.tile_size,
-                                            resolve_dtype(plan.dtype), scale))
-        else:
-            tiles = split_tiles(bodies, plan.tile_size, resolve_dtype(plan.dtype))
-            if scale is not None:
-                tiles = [canonical(tile, scale) for tile in tiles]
-            tiles = c.scatter(tiles, hash=False)
+        tiles = tiles_on_cluster(c, bodies, plan, scale)
         self.evaluations = 0
         if plan.individual:  # self.state: the tiles' bin counts
             state, self.state = submit_pieces(c, initial_block_pieces(
@@ -273,6 +266,20 @@ def submit_pieces(client: Client, pieces: Generator[Piece, Any, Any]) -> Any:
                 for name, group in piece.keep.items()}
         value = None if piece.fetch is None else client.gather(futures[piece.fetch])
         reply = refs, value
+
+
+def tiles_on_cluster(client: Client, bodies: xr.Dataset, plan: Plan,
+                     scale: float | None = None) -> list[Future]:
+    """The tiles of a checked body set on the cluster, in body order: built by the workers
+    from a lazy set's Dask arrays (:func:`~nbody_dask.graph.lazy_tiles`), or cut here and
+    scattered; for a comoving run, with the momenta at scale factor ``scale``."""
+    if is_lazy(bodies):  # each worker builds its tiles from the bodies' Dask arrays
+        return _computed(client, lazy_tiles(bodies, plan.tile_size,
+                                            resolve_dtype(plan.dtype), scale))
+    tiles = split_tiles(bodies, plan.tile_size, resolve_dtype(plan.dtype))
+    if scale is not None:
+        tiles = [canonical(tile, scale) for tile in tiles]
+    return client.scatter(tiles, hash=False)
 
 
 def _computed(client: Client, delayed_values: list) -> list[Future]:

@@ -2,23 +2,26 @@
 and :func:`force_accuracy`, which measures a method against a float64 direct sum.
 
 They plan and submit like a run of zero steps (:mod:`nbody_dask.graph`,
-:mod:`nbody_dask.driver`), with no store, and gather the (small) result.
+:mod:`nbody_dask.driver`), with no store, and gather the result. A body set held as Dask
+arrays (:func:`nbody_dask.cosmological_ics`, ``xr.open_zarr``) is checked by the cluster and
+read into tiles by the workers, as :func:`~nbody_dask.simulate` does.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import dask
 import numpy as np
 import xarray as xr
 from distributed import Client
 
 from . import config
 from .accuracy import ForceErrors, force_errors
-from .arguments import RunArguments
-from .bodies import as_bodies, check_fits_dtype, resolve_dtype, split_tiles, wrap_positions
+from .arguments import RunArguments, check_on_cluster
+from .bodies import as_bodies, is_lazy, lazy_bodies, wrap_positions
 from .clusters import client_context
-from .driver import run_token, settle, submit_pieces
+from .driver import run_token, settle, submit_pieces, tiles_on_cluster
 from .graph import body_order, initial_pieces, snapshot_graph
 
 __all__ = ["accelerations", "potential_energy", "force_accuracy", "evaluate_once"]
@@ -28,17 +31,19 @@ def evaluate_once(bodies: Any, args: RunArguments, client: Client | None,
                   with_potential: bool) -> Any:
     """Evaluate forces once on the cluster: the tiles in body order, or (``with_potential``)
     the diagnostics vector (small outputs only)."""
-    ds = as_bodies(bodies)
+    lazy = is_lazy(bodies)
+    ds = lazy_bodies(bodies) if lazy else as_bodies(bodies)
     args = args.in_code_units(ds.attrs)
     plan = args.plan(ds.sizes["body"])
-    check_fits_dtype(ds, plan.dtype, softening=plan.softening, G=plan.G,
-                     softening_squared=plan.softening**2)
-    ds = wrap_positions(ds, plan.box_size)
+    if not lazy:  # a lazy set is checked by its cluster, below
+        ds = check_on_cluster(ds, plan)
     with client_context(client) as c:
+        if lazy:
+            with dask.config.set(scheduler=c):
+                ds = check_on_cluster(ds, plan)
         plan = settle(plan, c)
         token = run_token(ds, plan)
-        tiles = c.scatter(split_tiles(ds, plan.tile_size, resolve_dtype(plan.dtype)),
-                          hash=False)
+        tiles = tiles_on_cluster(c, ds, plan)
         state, _ = submit_pieces(c, initial_pieces(plan, token, tiles, with_potential,
                                                    config.get("kernel-threads")))
         dsk: dict = {}

@@ -125,3 +125,18 @@ def test_the_checks_read_a_lazy_set_once(client, tmp_path):
         check_on_cluster(ds, Plan(n=300, steps=1, dt=0.01, dtype="float32"))
     assert sorted(log.read_text().split("\n")[:-1]) == sorted(
         f"{name} {lo}" for name in ("position", "velocity", "mass") for lo in (0, 100, 200))
+
+
+def test_forces_of_a_lazy_set_are_those_of_the_set_in_memory(client, never_gathered):
+    """accelerations and potential_energy read a lazy set on the cluster, as simulate does:
+    the same bits as from memory; its bad values named."""
+    bodies = nbody_dask.plummer(300, seed=2)
+    lazy = bodies.chunk({"body": 70})
+    kw = dict(softening=0.02, tile_size=100, client=client)
+    np.testing.assert_array_equal(nbody_dask.accelerations(lazy, **kw),
+                                  nbody_dask.accelerations(bodies, **kw))
+    assert nbody_dask.potential_energy(lazy, **kw) == nbody_dask.potential_energy(bodies,
+                                                                                  **kw)
+    bodies["mass"][4] = -1.0
+    with pytest.raises(ValueError, match="mass must be >= 0; body 4 has mass -1.0"):
+        nbody_dask.accelerations(bodies.chunk({"body": 70}), **kw)
