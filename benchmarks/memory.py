@@ -4,6 +4,7 @@ with peak RSS per worker < 1 GiB; no O(N^2) array anywhere).
     python benchmarks/memory.py --n 1048576 --workers 2
     python benchmarks/memory.py --n 4194304 --workers 2 --method tree
     python benchmarks/memory.py --n 16777216 --workers 2 --processes --box-size 1  # TreePM
+    python benchmarks/memory.py --n 16777216 --workers 2 --processes --box-size 1 --lazy
 
 Starts a LocalCluster of single-threaded workers (with --processes, worker processes on the
 loopback; without, threads of this process, as the default cluster), samples every worker's
@@ -35,6 +36,9 @@ def main() -> None:
     parser.add_argument("--box-size", type=float, default=None,
                         help="a periodic box of uniform random bodies, by TreePM (its mesh "
                              "and slabs by default)")
+    parser.add_argument("--lazy", action="store_true",
+                        help="with --box-size: the bodies as Dask arrays made on the workers "
+                             "(chunks of 1,048,576), never in the driver")
     parser.add_argument("--processes", action="store_true",
                         help="worker processes (the default cluster's workers are threads of "
                              "this process: one RSS for all)")
@@ -43,6 +47,19 @@ def main() -> None:
     if args.box_size is None:
         bodies = nbody_dask.plummer(args.n, seed=0)
         periodic = {}
+    elif args.lazy:
+        import dask.array as da
+        import xarray as xr
+
+        chunk = 1_048_576
+        position = da.random.default_rng(0).random((args.n, 3), chunks=(chunk, 3),
+                                                   dtype=np.float32) * args.box_size
+        bodies = xr.Dataset({"position": (("body", "axis"), position),
+                             "velocity": (("body", "axis"), da.zeros_like(position)),
+                             "mass": ("body", da.full(args.n, 1.0 / args.n, chunks=chunk,
+                                                      dtype=np.float32))})
+        periodic = dict(box_size=args.box_size)
+        args.method = "treepm"
     else:
         rng = np.random.default_rng(0)
         position = rng.random((args.n, 3), dtype=np.float32) * args.box_size

@@ -29,8 +29,8 @@ __all__ = ["accelerations", "potential_energy", "force_accuracy", "evaluate_once
 
 def evaluate_once(bodies: Any, args: RunArguments, client: Client | None,
                   with_potential: bool) -> Any:
-    """Evaluate forces once on the cluster: the tiles in body order, or (``with_potential``)
-    the diagnostics vector (small outputs only)."""
+    """Evaluate forces once on the cluster: the tiles' accelerations (3, n) in body order, or
+    (``with_potential``) the diagnostics vector."""
     lazy = is_lazy(bodies)
     ds = lazy_bodies(bodies) if lazy else as_bodies(bodies)
     args = args.in_code_units(ds.attrs)
@@ -51,7 +51,9 @@ def evaluate_once(bodies: Any, args: RunArguments, client: Client | None,
             dsk, total = snapshot_graph(plan, token, state, 0, None, 0)
             return c.get(dsk, total)
         keys = body_order(dsk, plan, token, 0, state)
-        return c.get(dsk, keys) if dsk else c.gather(keys)
+        for i, tile in enumerate(keys):  # only the accelerations travel to the driver
+            dsk[f"nbody-acceleration-{token}-{i}"] = (getattr, tile, "acceleration")
+        return c.get(dsk, [f"nbody-acceleration-{token}-{i}" for i in range(len(keys))])
 
 
 def accelerations(
@@ -87,8 +89,8 @@ def accelerations(
                         theta=theta, leaf_size=leaf_size, box_size=box_size,
                         mesh_size=mesh_size, mesh_slabs=mesh_slabs, split=split,
                         cutoff=cutoff)
-    tiles = evaluate_once(bodies, args, client, with_potential=False)
-    return np.concatenate([t.acceleration for t in tiles], axis=1).T.copy()
+    parts = evaluate_once(bodies, args, client, with_potential=False)
+    return np.concatenate(parts, axis=1).T.copy()
 
 
 def potential_energy(
