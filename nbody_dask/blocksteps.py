@@ -49,7 +49,7 @@ from collections.abc import Generator, Sequence
 from typing import Any
 
 from . import tasks
-from .graph import Graph, Piece, combine, key, run_graph, submit
+from .graph import Graph, Piece, closing, combine, key, run_graph, submit
 from .plan import Plan
 from .timebins import active_bodies, next_tick, tile_active
 
@@ -135,15 +135,13 @@ def tick_graph(plan: Plan, token: str, step: int, tick: int, tiles: Sequence,
                                              forces, list(block))
     long = plan.force_method.tick_long_range(plan, dsk, name, drifted, ticker, forces)
     parts = [[(p, None) for p in partials[i]] for i in active]
-    # a comoving run's momenta at a snapshot: what a resume from it starts from
-    scale = plan.scale_factor(step) if plan.comoving and with_potential else None
-    closing = tasks.Closing(step, plan.G, None, scale)
+    closed = closing(plan, step, None, with_potential)
     out = list(tiles)
     for i, mine in zip(active, parts, strict=True):
         mine = combine(dsk, mine, plan.groups(),
                        lambda level, g, i=i: name(f"bcombine{level}", i, g))
         out[i] = name("bkick", i)
-        dsk[out[i]] = (tasks.close_active, closing, ticker, drifted[i], long.get(i),
+        dsk[out[i]] = (tasks.close_active, closed, ticker, drifted[i], long.get(i),
                        [s for _, s in mine], *[p for p, _ in mine])
     counts_key = name("bcounts")
     dsk[counts_key] = (tasks.tile_bin_counts, bins.bins, *[out[i] for i in active])

@@ -50,7 +50,7 @@ from .spatial import (bounding_cube, cut_by_chunk, cut_by_splitters, key_sample,
                       merge_parts, sample_stride, splitters, tile_boxes)
 
 __all__ = ["Graph", "Piece", "Evaluation", "key", "submit", "combine", "close_targets",
-           "move_bodies", "body_order", "cube_key", "retile", "reduce_in_order",
+           "move_bodies", "body_order", "closing", "cube_key", "retile", "reduce_in_order",
            "initial_pieces", "steps_pieces", "initial_graph",
            "steps_graph", "fused_steps", "snapshot_graph", "execute", "run_graph",
            "lazy_tiles"]
@@ -111,11 +111,15 @@ class Evaluation:
 
     @property
     def closing(self) -> tasks.Closing:
-        plan = self.plan
-        # a comoving run's momenta are rounded as a resume would read them at snapshots
-        scale = plan.scale_factor(self.step) if plan.comoving and self.with_potential \
-            else None
-        return tasks.Closing(self.step, plan.G, self.kick, scale)
+        return closing(self.plan, self.step, self.kick, self.with_potential)
+
+
+def closing(plan: Plan, step: int, kick: float | None, snapshot: bool) -> tasks.Closing:
+    """What the closing tasks of ``step`` do (:class:`~nbody_dask.tasks.Closing`): kick by
+    ``kick``, and at a ``snapshot`` step round a comoving run's momenta as a resume would
+    read them back."""
+    scale = plan.scale_factor(step) if plan.comoving and snapshot else None
+    return tasks.Closing(step, plan.G, kick, scale)
 
 
 def combine(dsk: Graph, parts: list[Part], groups: list, name: Callable[[int, int], str]

@@ -76,9 +76,17 @@ def close_step(tile: Tile, forces: np.ndarray, G: float, kick: float | None,
         acc = forces[:3] * g
         potential = forces[3] * g if forces.shape[0] == 4 else None
         velocity = tile.velocity if kick is None else tile.velocity + acc * ftype(kick)
-        if scale is not None:
-            velocity = (velocity / ftype(scale)) * ftype(scale)
+        velocity = _as_read_back(velocity, scale)
     return tile.evolve(velocity=velocity, acceleration=acc, potential=potential)
+
+
+def _as_read_back(momenta: np.ndarray, scale: float | None) -> np.ndarray:
+    """A comoving run's momenta at a snapshot of scale factor ``scale`` as a resume reads
+    them back, ``(p / a) a`` in their dtype; the momenta themselves for ``scale`` None."""
+    if scale is None:
+        return momenta
+    a = momenta.dtype.type(scale)
+    return (momenta / a) * a
 
 
 def canonical(tile: Tile, scale: float) -> Tile:
@@ -200,9 +208,8 @@ def close_block(tile: Tile, forces: np.ndarray, G: float, tick: int, bins: Bins,
         wanted = bins.wanted(acc if long_acc is None else acc + long_acc, rate2, G,
                              1.0 if factors is None else factors.step_scale[tick])
         if initial:
-            velocity = tile.velocity if scale is None else (
-                tile.velocity / ftype(scale)) * ftype(scale)
-            return tile.evolve(velocity=velocity, acceleration=acc, potential=potential,
+            return tile.evolve(velocity=_as_read_back(tile.velocity, scale),
+                               acceleration=acc, potential=potential,
                                time_bin=wanted, long_acceleration=long_acc)
         old = tile.time_bin[active]
         velocity = tile.velocity[:, active] + acc * _half_kicks(bins, factors, old, tick,
@@ -212,8 +219,7 @@ def close_block(tile: Tile, forces: np.ndarray, G: float, tick: int, bins: Bins,
         new = next_bins(old, wanted, tick % bins.ticks, bins.bins)
         if opening:
             velocity = velocity + acc * _half_kicks(bins, factors, new, tick, True, ftype)
-        if scale is not None:
-            velocity = (velocity / ftype(scale)) * ftype(scale)
+        velocity = _as_read_back(velocity, scale)
     if every:
         return tile.evolve(velocity=velocity, acceleration=acc, potential=potential,
                            time_bin=new, long_acceleration=long_acc)

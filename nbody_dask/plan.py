@@ -31,11 +31,11 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from . import config, methods
 from ._validate import check_int, check_real
 from .cosmology import Background
-import numpy as np
-
 from .timebins import CRITERIA, DEFAULT_ETA, TIMESTEPS, BlockFactors, Bins, ticks_per_block
 
 if TYPE_CHECKING:

@@ -226,7 +226,7 @@ class BlockFactors:
         bin that starts there (``after``), or over the last half of the one that ends
         there; in ``ftype``."""
         table = np.asarray(self.kick)
-        half = np.left_shift(1, bins - 1 - np.asarray(time_bin, dtype=np.int64))
+        half = bin_ticks(np.asarray(time_bin), bins)  # half a step in half ticks
         m = 2 * tick
         factors = table[m + half] - table[m] if after else table[m] - table[m - half]
         return factors.astype(ftype)

@@ -103,11 +103,6 @@ def _body_weights(x, y, z, i, inv_h, points, index, weight):
         _weights(v * inv_h, points, index, weight, a * points)
 
 
-#: Bodies a chunk of the interpolation takes (chunks run on Numba's threads; each body's
-#: sum is the same in any chunk, so the result does not depend on the chunking).
-_CHUNK = 4096
-
-
 @njit(cache=True, parallel=True)
 def _deposit(x, y, z, m, inv_h, n, start, shape, points, out, chunks):
     """Add the weights of the bodies to ``out`` (float64, ``shape``), whose point
@@ -231,6 +226,11 @@ def long_range(mesh: np.ndarray, box: float, split: float, with_potential: bool,
         fields.append(-scipy.fft.irfftn(psi, s=mesh.shape, workers=workers))
     return LongRange(np.stack(fields).astype(mesh.dtype, copy=False),
                      float(mesh.sum(dtype=np.float64)))
+
+
+#: Bodies a chunk of the interpolation takes (chunks run on Numba's threads; each body's
+#: sum is the same in any chunk, so the result does not depend on the chunking).
+_CHUNK = 4096
 
 
 @njit(cache=True, parallel=True)
