@@ -39,6 +39,9 @@ def main() -> None:
     parser.add_argument("--lazy", action="store_true",
                         help="with --box-size: the bodies as Dask arrays made on the workers "
                              "(chunks of 1,048,576), never in the driver")
+    parser.add_argument("--tile-size", type=int, default=None)
+    parser.add_argument("--layout", default=None, choices=["pairs", "rows"])
+    parser.add_argument("--mesh-slabs", type=int, default=None)
     parser.add_argument("--processes", action="store_true",
                         help="worker processes (the default cluster's workers are threads of "
                              "this process: one RSS for all)")
@@ -58,7 +61,7 @@ def main() -> None:
                              "velocity": (("body", "axis"), da.zeros_like(position)),
                              "mass": ("body", da.full(args.n, 1.0 / args.n, chunks=chunk,
                                                       dtype=np.float32))})
-        periodic = dict(box_size=args.box_size)
+        periodic = dict(box_size=args.box_size, mesh_slabs=args.mesh_slabs)
         args.method = "treepm"
     else:
         rng = np.random.default_rng(0)
@@ -66,7 +69,7 @@ def main() -> None:
         bodies = nbody_dask.make_bodies(position, np.zeros_like(position),
                                         np.full(args.n, 1.0 / args.n, dtype=np.float32))
         del position
-        periodic = dict(box_size=args.box_size)
+        periodic = dict(box_size=args.box_size, mesh_slabs=args.mesh_slabs)
         args.method = "treepm"
     with local(n_workers=args.workers, threads_per_worker=1,
                processes=args.processes) as cluster, \
@@ -86,6 +89,7 @@ def main() -> None:
         t0 = time.perf_counter()
         acc = nbody_dask.accelerations(bodies, 0.01 if not periodic else 0.0,
                                        dtype=args.dtype, client=client, method=args.method,
+                                       tile_size=args.tile_size, layout=args.layout,
                                        **periodic)
         seconds = time.perf_counter() - t0
         done.set()

@@ -24,6 +24,7 @@ from .kernels import cpu, ewald, pm, rows, shortrange
 from .kernels import tree as trees
 from .location import StoreLocation
 from .plan import reduction_groups
+from . import sizes  # noqa: F401  (Dask weighs the tiles, trees and meshes the tasks return)
 from .spatial import periodic_neighbours
 from .storage import write_tile
 from .timebins import BlockFactors, Bins, active_mask, bin_counts

@@ -37,6 +37,7 @@ MODULES = {
     "nbody_dask.methods.treepm": None,
     "nbody_dask.graph": None,
     "nbody_dask.tasks": None,
+    "nbody_dask.sizes": None,
     "nbody_dask.spatial": None,
     "nbody_dask.units": None,
     "nbody_dask.cosmology": None,

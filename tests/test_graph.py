@@ -118,3 +118,26 @@ def test_snapshot_graph_reduces_diagnostics(client):
     vel = np.concatenate([t.velocity for t in tiles], axis=1)
     assert vector[0] == pytest.approx(0.5 * np.sum(mass * (vel**2).sum(0)), rel=1e-14)
     np.testing.assert_allclose(vector[2:5], vel @ mass, atol=1e-16)
+
+
+def test_dask_weighs_the_tiles_and_trees_the_tasks_return(client):
+    """Dask's memory accounting and transfer costs see the arrays inside a task's records
+    (:mod:`nbody_dask.sizes`): before, a tile of bodies or its tree weighed a few dozen
+    bytes to the scheduler."""
+    from dask.sizeof import sizeof
+
+    from nbody_dask import tasks
+    from nbody_dask.kernels.pm import LongRange, Region
+
+    bodies = nbody_dask.plummer(4096, seed=0)
+    tile = split_tiles(bodies, 4096, "float32")[0]
+    arrays = tile.position.nbytes + tile.velocity.nbytes + tile.mass.nbytes
+    assert arrays <= sizeof(tile) < arrays + 1024
+    tree = tasks.short_tree(tile, 64)
+    assert sizeof(tree) > tree.tree.x.nbytes * 4 + tree.tree.order.nbytes
+    field = np.zeros((3, 8, 8, 8), np.float32)
+    assert sizeof(LongRange(field, 1.0)) >= field.nbytes
+    assert sizeof(Region((0, 0, 0), field[0])) >= field[0].nbytes
+    future = client.submit(tasks.short_tree, tile, 64, pure=False)
+    future.result()
+    assert client.nbytes(keys=[future.key], summary=False)[future.key] == sizeof(tree)
