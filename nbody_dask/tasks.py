@@ -476,14 +476,15 @@ def mesh_mass(*slabs: np.ndarray) -> float:
 
 
 def mesh_forces_from_slabs(tile: Tile, periodic: Periodic, total_mass: float, first: int,
-                           rows: int, *chunks: np.ndarray) -> np.ndarray:
+                           span: tuple[int, int], rows: int, *chunks: np.ndarray) -> np.ndarray:
     """Long-range partial forces on ``tile`` from the solved fields' slabs that its weights
     touch: ``chunks`` are, field by field (``rows`` of them), those slabs in the order of
-    the planes from plane ``first`` on (modulo the mesh)."""
+    the planes from plane ``first`` on (modulo the mesh); of them the interpolation reads
+    the planes of ``span`` (first plane, count), a field at a time."""
     per_field = len(chunks) // rows
-    planes = np.stack([np.concatenate(chunks[r * per_field:(r + 1) * per_field], axis=0)
-                       for r in range(rows)])
-    return pm.interpolate_planes(tile.position, tile.mass, planes, first, total_mass,
+    planes = [pm.planes_from_slabs(chunks[r * per_field:(r + 1) * per_field], first, *span)
+              for r in range(rows)]
+    return pm.interpolate_planes(tile.position, tile.mass, planes, span[0], total_mass,
                                  periodic.box, periodic.split, "tsc")
 
 

@@ -28,6 +28,7 @@ to round-off.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,8 +37,8 @@ import numba
 from numba import njit, prange
 
 __all__ = ["Region", "LongRange", "POINTS", "cell_span", "deposit", "mesh_sum", "wave_numbers",
-           "green_function", "gradient", "long_range",
-           "interpolate", "interpolate_planes", "potential_offset", "slab_sum", "overlaps"]
+           "green_function", "gradient", "long_range", "interpolate", "interpolate_planes",
+           "planes_from_slabs", "potential_offset", "slab_sum", "overlaps"]
 
 
 @dataclass(frozen=True)
@@ -274,23 +275,51 @@ def interpolate(position: np.ndarray, mass: np.ndarray, solved: LongRange, box: 
     """Long-range accelerations (and potentials, when ``solved`` has them) of bodies at
     ``position``, interpolated with ``assignment`` weights: shape (3 or 4, n), in the
     positions' dtype. The potential includes :func:`potential_offset`."""
-    return interpolate_planes(position, mass, solved.fields, 0, solved.total_mass, box, split,
-                              assignment)
+    return interpolate_planes(position, mass, list(solved.fields), 0, solved.total_mass, box,
+                              split, assignment)
 
 
-def interpolate_planes(position: np.ndarray, mass: np.ndarray, planes: np.ndarray,
+def interpolate_planes(position: np.ndarray, mass: np.ndarray, planes: Sequence[np.ndarray],
                        first: int, total_mass: float, box: float, split: float,
                        assignment: str = "cic") -> np.ndarray:
-    """:func:`interpolate` from some of the mesh's planes: ``planes`` (3 or 4, k, n, n) are
-    planes ``first .. first + k - 1`` (modulo ``n``) of the solved fields along the first
-    axis, holding every point the bodies' weights touch (:func:`cell_span`)."""
-    n = planes.shape[2]
-    out = np.empty((planes.shape[0], position.shape[1]))
-    _interpolate(position[0], position[1], position[2], planes, n, first, n / box,
-                 POINTS[assignment], out)
-    if planes.shape[0] == 4:
+    """:func:`interpolate` from some of the mesh's planes: ``planes`` holds, field by field
+    (3 or 4 of them), an array (k, n, n) of the planes ``first .. first + k - 1`` (modulo
+    ``n``) of that solved field along the first axis, holding every point the bodies'
+    weights touch (:func:`cell_span`). One field at a time: each needs only its own
+    planes (:func:`planes_from_slabs`)."""
+    n = planes[0].shape[1]
+    out = np.empty((len(planes), position.shape[1]))
+    for row, field in enumerate(planes):
+        _interpolate(position[0], position[1], position[2], field[np.newaxis], n, first,
+                     n / box, POINTS[assignment], out[row:row + 1])
+    if len(planes) == 4:
         out[3] += potential_offset(mass, total_mass, box, split)
     return out.astype(position.dtype)
+
+
+def planes_from_slabs(slabs: Sequence[np.ndarray], first: int, start: int,
+                      count: int) -> np.ndarray:
+    """Planes ``start .. start + count - 1`` (modulo ``n``) of a field held as ``slabs``,
+    consecutive along the first axis from plane ``first`` on (around the mesh when they
+    are all of it): a view of one slab where the planes lie in it, else a copy of those
+    planes alone."""
+    n = slabs[0].shape[1]
+    total = sum(slab.shape[0] for slab in slabs)
+    offset = (start - first) % n  # planes of the slabs before the first one wanted
+    if offset + count > (2 * n if total == n else total):
+        raise ValueError(f"the slabs from plane {first} do not hold the {count} planes "
+                         f"from plane {start}")
+    pieces, wanted = [], count
+    for slab in list(slabs) * 2:
+        if offset >= slab.shape[0]:
+            offset -= slab.shape[0]
+            continue
+        pieces.append(slab[offset:offset + wanted])
+        wanted -= pieces[-1].shape[0]
+        offset = 0
+        if wanted == 0:
+            break
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces, axis=0)
 
 
 def slab_sum(n: int, dtype: str, lo: int, hi: int, *parts: Region | np.ndarray) -> np.ndarray:

@@ -204,9 +204,15 @@ class TreePM(ForceMethod):
         refs, (near, spans) = yield from submit(dsk, fetch=ev.key("layout"), tiles=tiles,
                                                 trees=trees, cube=[cube], deposits=deposits,
                                                 long=long)
-        tiles, trees, dsk = refs["tiles"], refs["trees"], {}
-        long = refs["long"] or _mesh(plan, dsk, ev.key, tiles, refs["deposits"], periodic,
-                                     ev.threads, ev.with_potential, spans)
+        tiles, trees, long = refs["tiles"], refs["trees"], refs["long"]
+        if not long:  # the mesh in slabs, submitted before the short range so that the
+            # scheduler runs it first (earlier submissions go first) and lets go of its
+            # fields as soon as the tiles have interpolated, not after the last walk
+            dsk = {}
+            long = _mesh(plan, dsk, ev.key, tiles, refs["deposits"], periodic, ev.threads,
+                         ev.with_potential, spans)
+            long = (yield from submit(dsk, long=long))[0]["long"]
+        dsk = {}
         closed = _short_range(ev, dsk, tiles, trees, near, periodic, long)
         return dsk, closed, ShortTrees(refs["cube"][0])
 
@@ -307,7 +313,7 @@ def _slab_mesh(plan: Plan, dsk: Graph, key: Callable[..., str], tiles: list,
         chunks = [(field.name, j, 0, 0) for field in fields for j in touched]
         out.append(key("long", i))
         dsk[out[-1]] = (tasks.mesh_forces_from_slabs, tile, periodic, key("meshmass"),
-                        bounds[touched[0]][0], len(fields), *chunks)
+                        bounds[touched[0]][0], (first, min(count, n)), len(fields), *chunks)
     return out
 
 
