@@ -43,8 +43,10 @@ def evaluate_once(bodies: Any, args: RunArguments, client: Client | None,
                 ds = check_on_cluster(ds, plan)
         plan = settle(plan, c)
         token = run_token(ds, plan)
-        tiles = tiles_on_cluster(c, ds, plan)
-        state, _ = submit_pieces(c, initial_pieces(plan, token, tiles, with_potential,
+        # no reference to the first tiles here: the workers let go of them once the
+        # evaluation has read them (a re-tiling, a step's first tasks)
+        state, _ = submit_pieces(c, initial_pieces(plan, token, tiles_on_cluster(c, ds, plan),
+                                                   with_potential,
                                                    config.get("kernel-threads")))
         dsk: dict = {}
         if with_potential:

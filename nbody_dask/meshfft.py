@@ -66,10 +66,9 @@ def irfftn(spectrum: da.Array, n: int, chunks: tuple) -> da.Array:
     """The inverse of :func:`rfftn`: a real cube of ``n`` points a side, chunked as
     ``chunks`` (those of the mesh :func:`rfftn` transformed)."""
     real = _ifft(spectrum.rechunk({0: -1}), axis=0)
-    real = real.rechunk({0: chunks[0], 1: -1})
     if len(chunks[1]) == 1:  # slabs
-        return real.map_blocks(_irfft2, n, dtype=_real(spectrum.dtype),
-                               chunks=(chunks[0], chunks[1], (n,)))
+        return _inverse_from_first(real, n, chunks)
+    real = real.rechunk({0: chunks[0], 1: -1})
     real = _ifft(real, axis=1)
     real = real.rechunk({1: chunks[1], 2: -1})
     return _irfft(real, n=n, axis=2)
@@ -129,8 +128,32 @@ def long_range(mesh: da.Array, box: float, split: float, with_potential: bool,
     n = mesh.shape[0]
     spectrum = rfftn(mesh)
     fields = []
+    slabs = len(mesh.chunks[1]) == 1
     for derivative in (0, 1, 2, None) if with_potential else (0, 1, 2):
+        if slabs:  # the first inverse FFT in the task that makes the solved chunk: in
+            # place, so that a field's chunk is one copy of the spectrum's, not two
+            solved = spectrum.map_blocks(_solved_along_first, n, box, split, assignment,
+                                         derivative, dtype=spectrum.dtype)
+            fields.append(_inverse_from_first(solved, n, mesh.chunks).astype(mesh.dtype))
+            continue
         solved = spectrum.map_blocks(_green_block, n, box, split, assignment, derivative,
                                      dtype=spectrum.dtype)
         fields.append(irfftn(solved, n, mesh.chunks).astype(mesh.dtype))
     return fields
+
+
+def _solved_along_first(block: np.ndarray, n: int, box: float, split: float,
+                        assignment: str, derivative: int | None,
+                        block_info=None) -> np.ndarray:
+    """:func:`_green_block`, then the inverse FFT along the first axis (which a slab
+    spectrum's chunk holds whole) in place: the first step of :func:`irfftn`."""
+    solved = _green_block(block, n, box, split, assignment, derivative, block_info)
+    return scipy.fft.ifft(solved, axis=0, overwrite_x=True)
+
+
+def _inverse_from_first(real: da.Array, n: int, chunks: tuple) -> da.Array:
+    """The rest of :func:`irfftn` for slabs, after the inverse FFT along the first axis:
+    the transpose back to slabs and each slab's inverse 2-D real FFT."""
+    real = real.rechunk({0: chunks[0], 1: -1})
+    return real.map_blocks(_irfft2, n, dtype=_real(real.dtype),
+                           chunks=(chunks[0], chunks[1], (n,)))

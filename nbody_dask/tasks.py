@@ -482,10 +482,25 @@ def mesh_forces_from_slabs(tile: Tile, periodic: Periodic, total_mass: float, fi
     the planes from plane ``first`` on (modulo the mesh); of them the interpolation reads
     the planes of ``span`` (first plane, count), a field at a time."""
     per_field = len(chunks) // rows
-    planes = [pm.planes_from_slabs(chunks[r * per_field:(r + 1) * per_field], first, *span)
-              for r in range(rows)]
+    planes = _SpanPlanes([chunks[r * per_field:(r + 1) * per_field] for r in range(rows)],
+                         first, span)
     return pm.interpolate_planes(tile.position, tile.mass, planes, span[0], total_mass,
                                  periodic.box, periodic.split, "tsc")
+
+
+class _SpanPlanes(Sequence):
+    """Each field's planes of a span, taken from its slabs when asked (a copy where they
+    cross slabs: one field's at a time, not all)."""
+
+    def __init__(self, slabs: list[tuple[np.ndarray, ...]], first: int,
+                 span: tuple[int, int]) -> None:
+        self.slabs, self.first, self.span = slabs, first, span
+
+    def __len__(self) -> int:
+        return len(self.slabs)
+
+    def __getitem__(self, row: int) -> np.ndarray:  # type: ignore[override]
+        return pm.planes_from_slabs(self.slabs[row], self.first, *self.span)
 
 
 # -- reductions and the closing kick -----------------------------------------------------------

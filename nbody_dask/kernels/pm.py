@@ -282,17 +282,20 @@ def interpolate(position: np.ndarray, mass: np.ndarray, solved: LongRange, box: 
 def interpolate_planes(position: np.ndarray, mass: np.ndarray, planes: Sequence[np.ndarray],
                        first: int, total_mass: float, box: float, split: float,
                        assignment: str = "cic") -> np.ndarray:
-    """:func:`interpolate` from some of the mesh's planes: ``planes`` holds, field by field
-    (3 or 4 of them), an array (k, n, n) of the planes ``first .. first + k - 1`` (modulo
-    ``n``) of that solved field along the first axis, holding every point the bodies'
-    weights touch (:func:`cell_span`). One field at a time: each needs only its own
-    planes (:func:`planes_from_slabs`)."""
-    n = planes[0].shape[1]
-    out = np.empty((len(planes), position.shape[1]))
-    for row, field in enumerate(planes):
-        _interpolate(position[0], position[1], position[2], field[np.newaxis], n, first,
-                     n / box, POINTS[assignment], out[row:row + 1])
-    if len(planes) == 4:
+    """:func:`interpolate` from some of the mesh's planes: ``planes[r]`` is, for each solved
+    field ``r`` (3 or 4 of them), an array (k, n, n) of its planes ``first .. first + k -
+    1`` (modulo ``n``) along the first axis, holding every point the bodies' weights touch
+    (:func:`cell_span`). Each field is taken from ``planes`` once, in order, and let go
+    before the next (a sequence that makes them when asked holds one at a time)."""
+    rows = len(planes)
+    out = np.empty((rows, position.shape[1]))
+    for row in range(rows):
+        field = planes[row]
+        _interpolate(position[0], position[1], position[2], field[np.newaxis],
+                     field.shape[1], first, field.shape[1] / box, POINTS[assignment],
+                     out[row:row + 1])
+        del field
+    if rows == 4:
         out[3] += potential_offset(mass, total_mass, box, split)
     return out.astype(position.dtype)
 

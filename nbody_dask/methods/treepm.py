@@ -305,14 +305,17 @@ def _slab_mesh(plan: Plan, dsk: Graph, key: Callable[..., str], tiles: list,
     fields = meshfft.long_range(mesh, periodic.box, periodic.split, with_potential, "tsc")
     for field in fields:
         dsk.update(dict(field.__dask_graph__()))
-    dsk[key("meshmass")] = (tasks.mesh_mass, *layer)
+    total_mass = 0.0  # read by the potential alone: without it, no task keeps the slabs
+    if with_potential:
+        total_mass = key("meshmass")
+        dsk[total_mass] = (tasks.mesh_mass, *layer)
     out = []
     for i, tile in enumerate(tiles):
         first, count = spans[i]
         touched = _slabs_in_plane_order(bounds, first, count, n)
         chunks = [(field.name, j, 0, 0) for field in fields for j in touched]
         out.append(key("long", i))
-        dsk[out[-1]] = (tasks.mesh_forces_from_slabs, tile, periodic, key("meshmass"),
+        dsk[out[-1]] = (tasks.mesh_forces_from_slabs, tile, periodic, total_mass,
                         bounds[touched[0]][0], (first, min(count, n)), len(fields), *chunks)
     return out
 
