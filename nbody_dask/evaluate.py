@@ -19,7 +19,7 @@ from distributed import Client
 from . import config
 from .accuracy import ForceErrors, force_errors
 from .arguments import RunArguments, check_on_cluster
-from .bodies import as_bodies, is_lazy, lazy_bodies, wrap_positions
+from .bodies import as_bodies, is_lazy, lazy_bodies, resolve_dtype, wrap_positions
 from .clusters import client_context
 from .driver import run_token, settle, submit_pieces, tiles_on_cluster
 from .graph import body_order, initial_pieces, snapshot_graph
@@ -29,7 +29,7 @@ __all__ = ["accelerations", "potential_energy", "force_accuracy", "evaluate_once
 
 def evaluate_once(bodies: Any, args: RunArguments, client: Client | None,
                   with_potential: bool) -> Any:
-    """Evaluate forces once on the cluster: the tiles' accelerations (3, n) in body order, or
+    """Evaluate forces once on the cluster: the accelerations (n, 3) in body order, or
     (``with_potential``) the diagnostics vector."""
     lazy = is_lazy(bodies)
     ds = lazy_bodies(bodies) if lazy else as_bodies(bodies)
@@ -55,7 +55,18 @@ def evaluate_once(bodies: Any, args: RunArguments, client: Client | None,
         keys = body_order(dsk, plan, token, 0, state)
         for i, tile in enumerate(keys):  # only the accelerations travel to the driver
             dsk[f"nbody-acceleration-{token}-{i}"] = (getattr, tile, "acceleration")
-        return c.get(dsk, [f"nbody-acceleration-{token}-{i}" for i in range(len(keys))])
+        parts = c.get(dsk, [f"nbody-acceleration-{token}-{i}" for i in range(len(keys))],
+                      sync=False)
+        del state
+        # one part at a time into the result: the driver holds it and one part, not all
+        # the parts, their concatenation and its transpose
+        out = np.empty((plan.n, 3), dtype=resolve_dtype(plan.dtype))
+        start = 0
+        while parts:
+            part = parts.pop(0).result()
+            out[start:start + part.shape[1]] = part.T
+            start += part.shape[1]
+        return out
 
 
 def accelerations(
@@ -91,8 +102,7 @@ def accelerations(
                         theta=theta, leaf_size=leaf_size, box_size=box_size,
                         mesh_size=mesh_size, mesh_slabs=mesh_slabs, split=split,
                         cutoff=cutoff)
-    parts = evaluate_once(bodies, args, client, with_potential=False)
-    return np.concatenate(parts, axis=1).T.copy()
+    return evaluate_once(bodies, args, client, with_potential=False)
 
 
 def potential_energy(
