@@ -476,31 +476,30 @@ def mesh_mass(*slabs: np.ndarray) -> float:
 
 
 def mesh_forces_from_slabs(tile: Tile, periodic: Periodic, total_mass: float, first: int,
-                           span: tuple[int, int], rows: int, *chunks: np.ndarray) -> np.ndarray:
-    """Long-range partial forces on ``tile`` from the solved fields' slabs that its weights
-    touch: ``chunks`` are, field by field (``rows`` of them), those slabs in the order of
-    the planes from plane ``first`` on (modulo the mesh); of them the interpolation reads
-    the planes of ``span`` (first plane, count), a field at a time."""
-    per_field = len(chunks) // rows
-    planes = _SpanPlanes([chunks[r * per_field:(r + 1) * per_field] for r in range(rows)],
-                         first, span)
-    return pm.interpolate_planes(tile.position, tile.mass, planes, span[0], total_mass,
-                                 periodic.box, periodic.split, "tsc")
+                           rows: int, *pieces: np.ndarray) -> np.ndarray:
+    """Long-range partial forces on ``tile`` from the planes of the solved fields that its
+    weights touch, from plane ``first`` on (modulo the mesh): ``pieces`` are, field by
+    field (``rows`` of them), those planes in order as cut from the fields' slabs
+    (:func:`~nbody_dask.kernels.pm.span_pieces`), joined a field at a time."""
+    per_field = len(pieces) // rows
+    return pm.interpolate_planes(
+        tile.position, tile.mass,
+        _JoinedPlanes([pieces[r * per_field:(r + 1) * per_field] for r in range(rows)]),
+        first, total_mass, periodic.box, periodic.split, "tsc")
 
 
-class _SpanPlanes(Sequence):
-    """Each field's planes of a span, taken from its slabs when asked (a copy where they
-    cross slabs: one field's at a time, not all)."""
+class _JoinedPlanes(Sequence):
+    """Each field's planes, joined from their pieces when asked (one field's at a time)."""
 
-    def __init__(self, slabs: list[tuple[np.ndarray, ...]], first: int,
-                 span: tuple[int, int]) -> None:
-        self.slabs, self.first, self.span = slabs, first, span
+    def __init__(self, pieces: list[tuple[np.ndarray, ...]]) -> None:
+        self.pieces = pieces
 
     def __len__(self) -> int:
-        return len(self.slabs)
+        return len(self.pieces)
 
     def __getitem__(self, row: int) -> np.ndarray:  # type: ignore[override]
-        return pm.planes_from_slabs(self.slabs[row], self.first, *self.span)
+        pieces = self.pieces[row]
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces, axis=0)
 
 
 # -- reductions and the closing kick -----------------------------------------------------------

@@ -50,26 +50,17 @@ def test_the_distributed_long_range_force_equals_the_one_task_solve(parts, secon
 
 
 @pytest.mark.parametrize("bounds", [[(0, 16), (16, 32)], [(0, 8), (8, 16), (16, 24), (24, 32)],
-                                    [(0, 11), (11, 32)]])
+                                    [(0, 11), (11, 32)], [(0, 32)]])
 def test_an_interpolation_reads_only_its_planes_of_the_slabs(bounds):
-    """:func:`~nbody_dask.kernels.pm.planes_from_slabs` gives a tile's planes (every start
-    and count, around the mesh) from the slabs that hold them, in plane order from the
-    first: a view where one slab holds them, never more planes than asked."""
+    """:func:`~nbody_dask.kernels.pm.span_pieces` cuts a tile's planes (every start and
+    count, around the mesh) from the slabs that hold them, in the planes' order, and
+    nothing more: joined, they are the planes asked for."""
     n = 32
-    field = np.arange(n, dtype=np.float32)[:, None, None] * np.ones((1, n, n), np.float32)
-    for start in range(n):
+    field = np.arange(n)
+    for first in range(n):
         for count in range(1, n + 1):
-            planes = (start + np.arange(count)) % n
-            touched = [j for j, (lo, hi) in enumerate(bounds)
-                       if ((planes >= lo) & (planes < hi)).any()]
-            first = next(j for j, (lo, hi) in enumerate(bounds) if lo <= start < hi)
-            if count < n:  # the task's order: from the slab of the first plane, around
-                touched = sorted(touched, key=lambda j: (j - first) % len(bounds))
-            slabs = [field[lo:hi] for lo, hi in (bounds[j] for j in touched)]
-            got = pm.planes_from_slabs(slabs, bounds[touched[0]][0], start, count)
-            np.testing.assert_array_equal(got[:, 0, 0], planes)
-            lo, hi = bounds[first]
-            if start + count <= hi:
-                assert got.base is field
-    with pytest.raises(ValueError, match="do not hold"):
-        pm.planes_from_slabs([field[0:16]], 0, 10, 8)
+            pieces = pm.span_pieces(bounds, first, count)
+            joined = np.concatenate([field[bounds[j][0]:bounds[j][1]][lo:hi]
+                                     for j, lo, hi in pieces])
+            np.testing.assert_array_equal(joined, (first + np.arange(count)) % n)
+            assert all(hi > lo for _, lo, hi in pieces)

@@ -38,7 +38,7 @@ from numba import njit, prange
 
 __all__ = ["Region", "LongRange", "POINTS", "cell_span", "deposit", "mesh_sum", "wave_numbers",
            "green_function", "gradient", "long_range", "interpolate", "interpolate_planes",
-           "planes_from_slabs", "potential_offset", "slab_sum", "overlaps"]
+           "span_pieces", "potential_offset", "slab_sum", "overlaps"]
 
 
 @dataclass(frozen=True)
@@ -300,29 +300,21 @@ def interpolate_planes(position: np.ndarray, mass: np.ndarray, planes: Sequence[
     return out.astype(position.dtype)
 
 
-def planes_from_slabs(slabs: Sequence[np.ndarray], first: int, start: int,
-                      count: int) -> np.ndarray:
-    """Planes ``start .. start + count - 1`` (modulo ``n``) of a field held as ``slabs``,
-    consecutive along the first axis from plane ``first`` on (around the mesh when they
-    are all of it): a view of one slab where the planes lie in it, else a copy of those
-    planes alone."""
-    n = slabs[0].shape[1]
-    total = sum(slab.shape[0] for slab in slabs)
-    offset = (start - first) % n  # planes of the slabs before the first one wanted
-    if offset + count > (2 * n if total == n else total):
-        raise ValueError(f"the slabs from plane {first} do not hold the {count} planes "
-                         f"from plane {start}")
-    pieces, wanted = [], count
-    for slab in list(slabs) * 2:
-        if offset >= slab.shape[0]:
-            offset -= slab.shape[0]
-            continue
-        pieces.append(slab[offset:offset + wanted])
-        wanted -= pieces[-1].shape[0]
-        offset = 0
-        if wanted == 0:
-            break
-    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces, axis=0)
+def span_pieces(bounds: Sequence[tuple[int, int]], first: int, count: int
+                ) -> list[tuple[int, int, int]]:
+    """Where planes ``first .. first + count - 1`` (modulo the mesh, ``count`` at most its
+    size) lie in the slabs of ``bounds`` (``(lo, hi)`` planes each, covering the mesh in
+    order): ``(slab, start, stop)`` ranges of planes within a slab, in the planes' order."""
+    n = bounds[-1][1]
+    pieces, plane, left = [], first % n, min(count, n)
+    while left > 0:
+        slab = next(j for j, (lo, hi) in enumerate(bounds) if lo <= plane < hi)
+        lo, hi = bounds[slab]
+        take = min(hi - plane, left)
+        pieces.append((slab, plane - lo, plane - lo + take))
+        left -= take
+        plane = (plane + take) % n
+    return pieces
 
 
 def slab_sum(n: int, dtype: str, lo: int, hi: int, *parts: Region | np.ndarray) -> np.ndarray:

@@ -34,6 +34,7 @@ float32, travels to every tile's interpolation task.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -44,7 +45,7 @@ from .. import meshfft, tasks
 from ..graph import (Evaluation, Graph, close_targets, cube_key, reduce_in_order, retile,
                      submit)
 from ..plan import Plan, individual_tiles, reduction_groups, tree_tile_size
-from ..kernels.pm import overlaps
+from ..kernels.pm import overlaps, span_pieces
 from ..spatial import tile_extent
 from . import ForceMethod, register
 
@@ -312,24 +313,16 @@ def _slab_mesh(plan: Plan, dsk: Graph, key: Callable[..., str], tiles: list,
     out = []
     for i, tile in enumerate(tiles):
         first, count = spans[i]
-        touched = _slabs_in_plane_order(bounds, first, count, n)
-        chunks = [(field.name, j, 0, 0) for field in fields for j in touched]
+        # the planes a tile reads, cut from each slab where it lies: only they travel
+        cuts = []
+        for f, field in enumerate(fields):
+            for p, (j, lo, hi) in enumerate(span_pieces(bounds, first, count)):
+                cuts.append(key("meshplanes", i, f, p))
+                dsk[cuts[-1]] = (operator.getitem, (field.name, j, 0, 0), slice(lo, hi))
         out.append(key("long", i))
-        dsk[out[-1]] = (tasks.mesh_forces_from_slabs, tile, periodic, total_mass,
-                        bounds[touched[0]][0], (first, min(count, n)), len(fields), *chunks)
+        dsk[out[-1]] = (tasks.mesh_forces_from_slabs, tile, periodic, total_mass, first,
+                        len(fields), *cuts)
     return out
-
-
-def _slabs_in_plane_order(bounds: list[tuple[int, int]], first: int, count: int,
-                          n: int) -> list[int]:
-    """The slabs holding planes ``first .. first + count - 1`` (modulo ``n``), from the
-    one holding plane ``first`` on, around the mesh; all slabs, from the first, when the
-    planes are the whole mesh."""
-    if count >= n:
-        return list(range(len(bounds)))
-    start = next(j for j, (lo, hi) in enumerate(bounds) if lo <= first % n < hi)
-    order = [(start + k) % len(bounds) for k in range(len(bounds))]
-    return [j for j in order if overlaps((first, count), *bounds[j], n)]
 
 
 TREEPM = register(TreePM())
