@@ -104,19 +104,26 @@ def _body_weights(x, y, z, i, inv_h, points, index, weight):
         _weights(v * inv_h, points, index, weight, a * points)
 
 
+#: The most bytes of float64 sums a chunk of a deposit's planes holds before it rounds them
+#: into the region in the run's dtype: the region in float64 would double a float32
+#: deposit's memory (a half-mesh region at 512^3 is 537 MiB in float64).
+DEPOSIT_SCRATCH_BYTES = 128 * 2**20
+
+
 @njit(cache=True, parallel=True)
 def _deposit(x, y, z, m, inv_h, n, start, shape, points, out, chunks):
-    """Add the weights of the bodies to ``out`` (float64, ``shape``), whose point
-    ``(a, b, c)`` is mesh point ``start + (a, b, c)``; an axis as long as the mesh takes the
-    mesh point modulo ``n``.
+    """Assign the weights of the bodies to ``out`` (``shape``, in the run's dtype), whose
+    point ``(a, b, c)`` is mesh point ``start + (a, b, c)``; an axis as long as the mesh
+    takes the mesh point modulo ``n``.
 
     ``chunks`` of the planes of the first axis run on Numba's threads: each adds every
-    body's weights on its planes, in body order, so every point sums its terms in the same
-    order for any number of chunks and threads."""
+    body's weights on its planes, in body order, in float64, then rounds them into ``out``,
+    so every point sums its terms in the same order for any number of chunks and threads."""
     planes = shape[0]
     chunks = min(planes, chunks)
     for chunk in prange(chunks):
         lo, hi = chunk * planes // chunks, (chunk + 1) * planes // chunks
+        sums = np.zeros((hi - lo, shape[1], shape[2]))
         index = np.empty(3 * points, dtype=np.int64)
         weight = np.empty(3 * points)
         for i in range(x.shape[0]):
@@ -141,8 +148,9 @@ def _deposit(x, y, z, m, inv_h, n, start, shape, points, out, chunks):
                 for t in range(points):
                     w = mi * weight[s] * weight[points + t]
                     for u in range(points):
-                        out[index[s], index[points + t], index[2 * points + u]] += (
+                        sums[index[s] - lo, index[points + t], index[2 * points + u]] += (
                             w * weight[2 * points + u])
+        out[lo:hi] = sums
 
 
 def deposit(position: np.ndarray, mass: np.ndarray, box: float, n: int,
@@ -155,11 +163,14 @@ def deposit(position: np.ndarray, mass: np.ndarray, box: float, n: int,
     spans = [cell_span(position[a], inv_h, n, points) for a in range(3)]
     start = tuple(lo for lo, _ in spans)
     shape = tuple(size for _, size in spans)
-    out = np.zeros(shape)
+    out = np.empty(shape, dtype=position.dtype)
+    # chunks of planes for the threads, and more where a chunk's float64 sums would be big
+    chunks = max(2 * numba.get_num_threads(),
+                 -(-shape[0] * shape[1] * shape[2] * 8 // DEPOSIT_SCRATCH_BYTES))
     _deposit(position[0], position[1], position[2], mass, inv_h, n,
              np.array(start, dtype=np.int64), np.array(shape, dtype=np.int64), points, out,
-             2 * numba.get_num_threads())
-    return Region(start, out.astype(position.dtype))
+             chunks)
+    return Region(start, out)
 
 
 def mesh_sum(n: int, dtype: str, *parts: Region | np.ndarray) -> np.ndarray:
