@@ -5,6 +5,8 @@ with peak RSS per worker < 1 GiB; no O(N^2) array anywhere).
     python benchmarks/memory.py --n 4194304 --workers 2 --method tree
     python benchmarks/memory.py --n 16777216 --workers 2 --processes --box-size 1  # TreePM
     python benchmarks/memory.py --n 16777216 --workers 2 --processes --box-size 1 --lazy
+    python benchmarks/memory.py --n 16777216 --workers 2 --processes --box-size 1 --lazy \
+        --layout rows --json benchmarks/results/<date>-memory-treepm-rows.json
 
 Starts a LocalCluster of single-threaded workers (with --processes, worker processes on the
 loopback; without, threads of this process, as the default cluster), samples every worker's
@@ -42,6 +44,7 @@ def main() -> None:
     parser.add_argument("--tile-size", type=int, default=None)
     parser.add_argument("--layout", default=None, choices=["pairs", "rows"])
     parser.add_argument("--mesh-slabs", type=int, default=None)
+    parser.add_argument("--json", default=None, help="also write the results here")
     parser.add_argument("--processes", action="store_true",
                         help="worker processes (the default cluster's workers are threads of "
                              "this process: one RSS for all)")
@@ -101,6 +104,15 @@ def main() -> None:
         print(f"  peak RSS {rss / 2**20:7.1f} MiB  {addr}")
     driver = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     print(f"  peak RSS {driver / 2**10:7.1f} MiB  driver (bodies, gathered accelerations)")
+    if args.json:
+        import json
+        import platform
+
+        with open(args.json, "w") as f:
+            json.dump({"arguments": vars(args), "machine": platform.processor() or
+                       platform.machine(), "cores": psutil.cpu_count(), "seconds": seconds,
+                       "worker_peak_mib": sorted(rss / 2**20 for rss in peak.values()),
+                       "driver_peak_mib": driver / 2**10}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -476,11 +476,14 @@ def mesh_mass(*slabs: np.ndarray) -> float:
 
 
 def mesh_forces_from_slabs(tile: Tile, periodic: Periodic, total_mass: float, first: int,
-                           rows: int, *pieces: np.ndarray) -> np.ndarray:
+                           rows: int, planes: Sequence[tuple[int, int]],
+                           *parts: np.ndarray) -> np.ndarray:
     """Long-range partial forces on ``tile`` from the planes of the solved fields that its
-    weights touch, from plane ``first`` on (modulo the mesh): ``pieces`` are, field by
-    field (``rows`` of them), those planes in order as cut from the fields' slabs
-    (:func:`~nbody_dask.kernels.pm.span_pieces`), joined a field at a time."""
+    weights touch, from plane ``first`` on (modulo the mesh): ``parts`` are, field by
+    field (``rows`` of them), slabs or planes cut from them, of which the tile reads
+    ``parts[k][slice(*planes[k])]``, in order (:func:`~nbody_dask.kernels.pm.span_pieces`),
+    joined a field at a time."""
+    pieces = [part[lo:hi] for part, (lo, hi) in zip(parts, planes, strict=True)]
     per_field = len(pieces) // rows
     return pm.interpolate_planes(
         tile.position, tile.mass,

@@ -313,15 +313,23 @@ def _slab_mesh(plan: Plan, dsk: Graph, key: Callable[..., str], tiles: list,
     out = []
     for i, tile in enumerate(tiles):
         first, count = spans[i]
-        # the planes a tile reads, cut from each slab where it lies: only they travel
-        cuts = []
+        # the planes a tile reads: most of a slab, the slab (which travels once to a
+        # worker, for all its tiles); a few of its planes, cut where the slab lies (only
+        # they travel, not the slab)
+        parts, planes = [], []
         for f, field in enumerate(fields):
             for p, (j, lo, hi) in enumerate(span_pieces(bounds, first, count)):
-                cuts.append(key("meshplanes", i, f, p))
-                dsk[cuts[-1]] = (operator.getitem, (field.name, j, 0, 0), slice(lo, hi))
+                chunk = (field.name, j, 0, 0)
+                if 2 * (hi - lo) > bounds[j][1] - bounds[j][0]:
+                    parts.append(chunk)
+                    planes.append((lo, hi))
+                    continue
+                parts.append(key("meshplanes", i, f, p))
+                planes.append((0, hi - lo))
+                dsk[parts[-1]] = (operator.getitem, chunk, slice(lo, hi))
         out.append(key("long", i))
         dsk[out[-1]] = (tasks.mesh_forces_from_slabs, tile, periodic, total_mass, first,
-                        len(fields), *cuts)
+                        len(fields), tuple(planes), *parts)
     return out
 
 
