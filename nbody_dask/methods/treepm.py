@@ -27,8 +27,9 @@ step, in the cube of the last re-tiling. A target's partials are its near tiles'
 source order, then its mesh part; both depend only on the state, so runs are bit-identical
 on any cluster and after a resume. Positions are wrapped into ``[0, L)`` at every drift.
 
-Must the mesh be held by one worker: the FFT is one task, and the mesh, 4 bytes a point in
-float32, travels to every tile's interpolation task.
+With ``mesh_slabs`` 1 one worker holds the mesh: the FFT is one task, and the solved
+fields travel to every tile's interpolation task. With more slabs no task holds the mesh
+(:func:`_slab_mesh`), for meshes no worker holds.
 """
 
 from __future__ import annotations
@@ -290,7 +291,10 @@ def _slab_mesh(plan: Plan, dsk: Graph, key: Callable[..., str], tiles: list,
     """The mesh in slabs (:attr:`~nbody_dask.plan.Plan.mesh_slabs`): per slab, the deposits
     that reach it added in tile order by the plan's reduction tree; the FFT and the solve
     as a Dask graph of slabs (:mod:`nbody_dask.meshfft`); per tile, an interpolation from
-    the slabs its weights touch. No task holds more than a slab or a tile's region."""
+    the planes its weights touch (:func:`~nbody_dask.kernels.pm.span_pieces`): a slab of
+    which it reads most, whole; a few planes of another, cut where that slab lies. No task
+    holds more than a slab or a tile's region. Submitted before the short range (by the
+    caller), so that the scheduler runs it first and lets go of the fields early."""
     n = plan.mesh_size
     bounds = plan.mesh_slab_bounds()
     name = key("meshslab")
