@@ -57,7 +57,7 @@ def evaluate_once(bodies: Any, args: RunArguments, client: Client | None,
             dsk[f"nbody-acceleration-{token}-{i}"] = (getattr, tile, "acceleration")
         parts = c.get(dsk, [f"nbody-acceleration-{token}-{i}" for i in range(len(keys))],
                       sync=False)
-        del state
+        del state, keys, dsk  # no reference here keeps a tile once its part is made
         # one part at a time into the result: the driver holds it and one part, not all
         # the parts, their concatenation and its transpose
         out = np.empty((plan.n, 3), dtype=resolve_dtype(plan.dtype))

@@ -320,9 +320,9 @@ def _slab_mesh(plan: Plan, dsk: Graph, key: Callable[..., str], tiles: list,
         # the planes a tile reads: most of a slab, the slab (which travels once to a
         # worker, for all its tiles); a few of its planes, cut where the slab lies (only
         # they travel, not the slab)
-        parts, planes = [], []
+        parts, planes, pieces = [], [], span_pieces(bounds, first, count)
         for f, field in enumerate(fields):
-            for p, (j, lo, hi) in enumerate(span_pieces(bounds, first, count)):
+            for p, (j, lo, hi) in enumerate(pieces):
                 chunk = (field.name, j, 0, 0)
                 if 2 * (hi - lo) > bounds[j][1] - bounds[j][0]:
                     parts.append(chunk)
