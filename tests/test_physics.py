@@ -28,6 +28,7 @@ def kepler_runs(client):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("kepler")  # one process computes the runs
 def test_kepler_energy_error_bounded(kepler_runs):
     traj, energy = kepler_runs[1000]
     assert traj.total_energy[0] == pytest.approx(energy, rel=1e-14)
@@ -35,6 +36,7 @@ def test_kepler_energy_error_bounded(kepler_runs):
     assert rel.max() <= 2e-4  # measured 1.07e-4
 
 
+@pytest.mark.xdist_group("kepler")  # one process computes the runs
 def test_kepler_second_order(kepler_runs):
     """Halving dt shrinks the energy error 3.5-4.5x: the scheme is second order."""
     (coarse, e), (fine, _) = kepler_runs[1000], kepler_runs[2000]
@@ -43,12 +45,14 @@ def test_kepler_second_order(kepler_runs):
     assert 3.5 <= ratio <= 4.5  # measured 4.00
 
 
+@pytest.mark.xdist_group("kepler")  # one process computes the runs
 def test_kepler_orbit_closes(kepler_runs):
     traj, _ = kepler_runs[1000]
     start, end = traj.position.isel(time=0).values, traj.position.isel(time=-1).values
     assert np.abs(end - start).max() <= 1e-2  # measured 4.4e-3 after 5 orbits
 
 
+@pytest.mark.xdist_group("kepler")  # one process computes the runs
 def test_kepler_momenta_conserved(kepler_runs):
     traj, _ = kepler_runs[1000]
     assert np.abs(traj.momentum.values).max() <= 1e-15
@@ -75,6 +79,7 @@ def _energy_error(traj):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("plummer")  # one process computes the runs
 def test_plummer_energy_bounded_without_drift(plummer_runs):
     de = _energy_error(plummer_runs[1 / 128])
     assert np.abs(de).max() <= 5e-5  # measured 6.7e-6
@@ -83,12 +88,14 @@ def test_plummer_energy_bounded_without_drift(plummer_runs):
     assert abs(de[-third:].mean()) <= 1.5 * abs(de[:third]).mean() + 1e-7
 
 
+@pytest.mark.xdist_group("plummer")  # one process computes the runs
 def test_plummer_energy_error_scales_as_dt_squared(plummer_runs):
     ratio = np.abs(_energy_error(plummer_runs[1 / 64])).max() / np.abs(
         _energy_error(plummer_runs[1 / 128])).max()
     assert 3.0 <= ratio <= 5.0  # measured 3.99
 
 
+@pytest.mark.xdist_group("plummer")  # one process computes the runs
 def test_plummer_momentum_and_angular_momentum_conserved(plummer_runs):
     traj = plummer_runs[1 / 128]
     assert np.abs(traj.momentum.values).max() <= 1e-14

@@ -82,6 +82,7 @@ def _assert_identical(store, reference):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kill_after", [2, 11, 27])
+@pytest.mark.xdist_group("reference")  # one process runs the reference
 def test_driver_killed_then_resumed_is_bit_identical(tmp_path, reference, kill_after):
     store = tmp_path / "killed.zarr"
     proc = _start(store, "run", *RUN)
@@ -104,6 +105,7 @@ def test_driver_killed_then_resumed_is_bit_identical(tmp_path, reference, kill_a
     (signal.SIGINT, 130, "interrupted by Ctrl-C (SIGINT)"),
 ])
 @pytest.mark.slow
+@pytest.mark.xdist_group("reference")  # one process runs the reference
 def test_signal_commits_and_exits_cleanly_then_resumes(tmp_path, reference, signum, code,
                                                         said):
     store = tmp_path / "term.zarr"
@@ -127,8 +129,8 @@ def test_signal_commits_and_exits_cleanly_then_resumes(tmp_path, reference, sign
 @pytest.mark.parametrize("method", ["direct", "tree"])
 def test_worker_killed_mid_run_gives_identical_result(tmp_path, method):
     """SIGKILL one of two worker processes a third of the way through."""
-    ds = nbody_dask.plummer(600, seed=2)
-    kw = dict(steps=60, dt=1 / 64, softening=0.05, snapshot_every=5, tile_size=100,
+    ds = nbody_dask.plummer(400, seed=2)
+    kw = dict(steps=36, dt=1 / 64, softening=0.05, snapshot_every=5, tile_size=100,
               progress=False, method=method)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address="127.0.0.1:0", silence_logs=50) as cluster, \
@@ -138,7 +140,7 @@ def test_worker_killed_mid_run_gives_identical_result(tmp_path, method):
         killed = []
 
         def kill_once(step, record):
-            if step >= 20 and not killed:
+            if step >= 12 and not killed:
                 os.kill(victim, signal.SIGKILL)
                 killed.append(step)
 
@@ -199,7 +201,7 @@ def test_local_cluster_binds_loopback_only(processes):
 
 @pytest.mark.slow
 def test_long_run_keeps_tasks_and_memory_flat(client):
-    """1,000 steps of a 2-tile system: no futures or keys accumulate, memory stays level."""
+    """600 steps of a 2-tile system: no futures or keys accumulate, memory stays level."""
     import gc
 
     import psutil
@@ -219,7 +221,7 @@ def test_long_run_keeps_tasks_and_memory_flat(client):
         samples.append((step, len(ours()), psutil.Process().memory_info().rss))
 
     ds = nbody_dask.plummer(64, seed=8)
-    nbody_dask.simulate(ds, steps=1000, dt=1e-4, softening=0.05, snapshot_every=25,
+    nbody_dask.simulate(ds, steps=600, dt=1e-4, softening=0.05, snapshot_every=25,
                         tile_size=32, client=client, progress=False, callback=sample)
     tasks = [t for _, t, _ in samples]
     rss = [r for _, _, r in samples]

@@ -501,6 +501,7 @@ def _same_runs(runs, whole):
             np.testing.assert_array_equal(run[name].values, whole[name].values)
 
 
+@pytest.mark.slow
 def test_treepm_resume_is_bit_identical(client, tmp_path):
     """3 spatial tiles (each tile's short range from every tile, the mesh from all),
     resumed from a snapshot: the same bits."""
@@ -559,6 +560,7 @@ def test_comoving_treepm_with_one_bin_is_the_global_leapfrog(client):
                                atol=1e-10 * abs(whole.velocity.values).max())
 
 
+@pytest.mark.slow
 def test_comoving_bins_follow_the_global_step_of_their_shortest_bin(client):
     """From z = 20 to 0 in 8 blocks of 4 bins (most bodies end in the shortest, the
     criterion asking for short steps as structure forms): the final state is that of the

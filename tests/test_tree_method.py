@@ -203,6 +203,7 @@ def cli_reference(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGKILL, -9), (signal.SIGTERM, 143)])
+@pytest.mark.xdist_group("cli-reference")  # one process runs the reference
 def test_interrupted_driver_resumed_is_bit_identical(tmp_path, cli_reference, signum, code,
                                                      interrupt_cli_run):
     """A CLI driver running the tree is SIGKILLed (no chance to clean up) or SIGTERMed
