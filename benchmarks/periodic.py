@@ -15,6 +15,11 @@ Sections (all by default):
     worker processes of 1 thread against 1 process, with ``layout="pairs"`` (4 spatial
     tiles) and ``"rows"`` (a tile a worker): one evaluation (with its re-tiling) and a
     ``simulate()`` step in steady state (differential timing).
+``split``
+    The trade of the split scale: for each ``--splits`` value (``r_s`` in mesh cells, on the
+    default mesh and cutoff), the float32 force errors against the Ewald sum on
+    ``--sample`` targets of both boxes, and the short-range walk's time over the isolated
+    tree's walk of the same bodies (in this process on one tile, as ``cost``).
 ``crossover``
     One evaluation of the Ewald sum (``method="direct"``) and of TreePM for growing N: where
     ``method="auto"`` switches (``plan.PERIODIC_CROSSOVER``).
@@ -43,7 +48,7 @@ from nbody_dask.kernels.shortrange import short_walk, spread_of
 from nbody_dask.kernels.walk import walk
 from nbody_dask.plan import Plan
 
-SECTIONS = ("accuracy", "cost", "crossover", "tasks")
+SECTIONS = ("accuracy", "cost", "split", "crossover", "tasks")
 
 
 def boxes(n: int) -> dict:
@@ -150,6 +155,37 @@ def cost(n: int, client: Client) -> list[dict]:
     return rows
 
 
+def split_trade(n: int, sample: int, splits: list[float], client: Client) -> list[dict]:
+    rows = []
+    for kind, ds in boxes(n).items():
+        x64, m64 = ds.position.values.T, ds.mass.values
+        targets = np.sort(np.random.default_rng(0).choice(n, sample, replace=False))
+        reference = ewald_forces(x64[:, targets], x64, m64, 1.0)[:3].T
+        x = np.ascontiguousarray(x64.astype(np.float32))
+        m = m64.astype(np.float32)
+        base = Plan(n=n, steps=1, dt=0.01, method="treepm", box_size=1.0, dtype="float32")
+        tree = octree.build(x, m, base.leaf_size)
+        spread = spread_of(tree)
+        zero = np.float32(0)
+        _, isolated = _timed(walk, tree, tree, zero, base.theta, False, True, repeats=3)
+        for split in splits:
+            plan = Plan(n=n, steps=1, dt=0.01, method="treepm", box_size=1.0, dtype="float32",
+                        split=split)
+            acc = nbody_dask.accelerations(ds, box_size=1.0, method="treepm", dtype="float32",
+                                           split=split, client=client)
+            median, p99, worst = error_statistics(relative_errors(acc[targets], reference))
+            _, short = _timed(short_walk, tree, tree, zero, plan.theta, 1.0, plan.split_length,
+                              plan.cutoff_length, False, spread, repeats=3)
+            rows.append(dict(box=kind, n=n, mesh=plan.mesh_size, split=split,
+                             r_s_spacings=plan.split_length * n ** (1 / 3), median=median,
+                             p99=p99, max=worst, short_range=short, isolated_tree_walk=isolated,
+                             short_over_isolated=short / isolated))
+            print(f"split {kind:9s} {split:5.2f} cells: median {median:.1e} p99 {p99:.1e} "
+                  f"max {worst:.1e}; short range {short:.3f} s = {short / isolated:.2f}x the "
+                  f"isolated walk", flush=True)
+    return rows
+
+
 def crossover(client: Client) -> list[dict]:
     rows = []
     for n in (64, 128, 256, 512, 1024, 2048, 4096):
@@ -182,6 +218,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=262_144)
     parser.add_argument("--sample", type=int, default=1000)
     parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    parser.add_argument("--splits", type=float, nargs="+", default=[2.5, 2.0, 1.75, 1.5, 1.25],
+                        help="split scales (mesh cells) of the split section")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     result = dict(benchmark="periodic", n=args.n, cores=os.cpu_count(),
@@ -193,6 +231,8 @@ def main() -> None:
             result["accuracy"] = accuracy(args.n, args.sample, client)
         if "cost" in args.sections:
             result["cost"] = cost(args.n, client)
+        if "split" in args.sections:
+            result["split"] = split_trade(args.n, args.sample, args.splits, client)
         if "crossover" in args.sections:
             result["crossover"] = crossover(client)
     if "tasks" in args.sections:
