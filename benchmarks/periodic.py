@@ -32,6 +32,7 @@ Sections (all by default):
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -51,6 +52,7 @@ from nbody_dask.plan import Plan
 SECTIONS = ("accuracy", "cost", "split", "crossover", "tasks")
 
 
+@functools.lru_cache(maxsize=1)
 def boxes(n: int) -> dict:
     rng = np.random.default_rng(1)
     x = rng.random((n, 3))
@@ -58,14 +60,22 @@ def boxes(n: int) -> dict:
     return {"uniform": uniform, "clustered": nbody_dask.plummer_clumps(n, seed=3)}
 
 
+@functools.lru_cache(maxsize=2)
+def ewald_reference(n: int, sample: int, kind: str) -> tuple[np.ndarray, np.ndarray, float]:
+    """``sample`` targets of box ``kind``, their float64 Ewald forces and the seconds the
+    sum took: computed once for the sections that read them."""
+    ds = boxes(n)[kind]
+    x, m = ds.position.values.T, ds.mass.values
+    targets = np.sort(np.random.default_rng(0).choice(n, sample, replace=False))
+    start = time.perf_counter()
+    reference = ewald_forces(x[:, targets], x, m, 1.0)[:3].T
+    return targets, reference, time.perf_counter() - start
+
+
 def accuracy(n: int, sample: int, client: Client) -> list[dict]:
     rows = []
     for kind, ds in boxes(n).items():
-        x, m = ds.position.values.T, ds.mass.values
-        targets = np.sort(np.random.default_rng(0).choice(n, sample, replace=False))
-        start = time.perf_counter()
-        reference = ewald_forces(x[:, targets], x, m, 1.0)[:3].T
-        ewald_seconds = time.perf_counter() - start
+        targets, reference, ewald_seconds = ewald_reference(n, sample, kind)
         for setting, kw in (("default", {}), ("accurate", dict(cutoff=6.0, theta=0.3))):
             for dtype in ("float32", "float64"):
                 acc = nbody_dask.accelerations(ds, box_size=1.0, method="treepm", dtype=dtype,
@@ -158,11 +168,9 @@ def cost(n: int, client: Client) -> list[dict]:
 def split_trade(n: int, sample: int, splits: list[float], client: Client) -> list[dict]:
     rows = []
     for kind, ds in boxes(n).items():
-        x64, m64 = ds.position.values.T, ds.mass.values
-        targets = np.sort(np.random.default_rng(0).choice(n, sample, replace=False))
-        reference = ewald_forces(x64[:, targets], x64, m64, 1.0)[:3].T
-        x = np.ascontiguousarray(x64.astype(np.float32))
-        m = m64.astype(np.float32)
+        targets, reference, _ = ewald_reference(n, sample, kind)
+        x = np.ascontiguousarray(ds.position.values.T.astype(np.float32))
+        m = ds.mass.values.astype(np.float32)
         base = Plan(n=n, steps=1, dt=0.01, method="treepm", box_size=1.0, dtype="float32")
         tree = octree.build(x, m, base.leaf_size)
         spread = spread_of(tree)
