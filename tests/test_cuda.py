@@ -177,7 +177,6 @@ def test_short_range_kernel_matches_cpu_pairs_in_simulator():
     result = _in_simulator("""
         import json, numpy as np
         from nbody_dask.kernels import cuda, shortrange
-        from nbody_dask.kernels.law import short_range_constants
         out = {}
         rng = np.random.default_rng(3)
         box, split, cutoff = 2.0, 0.1, 0.5
@@ -189,8 +188,7 @@ def test_short_range_kernel_matches_cpu_pairs_in_simulator():
                 t[0, -1], s[0, -1] = dtype(0.01), dtype(box - 0.02)  # near across a face
                 m = (rng.random(ns) + 0.5).astype(dtype)
                 eps2 = dtype(1e-4)
-                law = np.concatenate([np.array([box, 1 / box, cutoff, split], dtype=dtype),
-                                      short_range_constants(split, dtype)])
+                law = shortrange.walk_constants(box, split, cutoff, dtype)
                 cpu = np.zeros((4, nt), dtype=dtype)
                 shortrange.short_p2p(t[0], t[1], t[2], s[0], s[1], s[2], m, eps2, law, cpu)
                 full = cuda.short_pair_forces(tuple(t), tuple(s), m, eps2, box, split, cutoff,

@@ -17,7 +17,9 @@ from scipy.special import erfc, k0
 import nbody_dask
 from nbody_dask.kernels import ewald, octree, pm
 from nbody_dask.kernels.ewald import ewald_forces
-from nbody_dask.kernels.law import FAST_SPLIT_ERROR, fast_short_range, short_range_constants
+from nbody_dask.kernels.law import (FAST_SPLIT_ERROR, POLYNOMIAL_CUTOFF, POLYNOMIAL_SPLIT_ERROR,
+                                    fast_short_range, polynomial_short_range,
+                                    short_range_constants, short_range_polynomials)
 from nbody_dask.kernels.shortrange import short_walk
 from nbody_dask.plan import Plan, auto_mesh_size, auto_mesh_slabs, resolve_method
 
@@ -195,6 +197,32 @@ def test_the_vectorised_split_factors_equal_the_exact_ones(dtype):
     assert np.abs(fast[0] - exact_g).max() <= FAST_SPLIT_ERROR[dtype]
     assert np.abs(fast[1] - exact_e).max() <= FAST_SPLIT_ERROR[dtype]
     assert np.abs(fast[2] - np.exp(-u * u)).max() <= FAST_SPLIT_ERROR[dtype]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("cutoff", [0.5, 2.0, 4.5, POLYNOMIAL_CUTOFF])
+def test_the_pairs_polynomial_split_factors_equal_the_exact_ones(dtype, cutoff):
+    @njit
+    def factors(r, poly, one):
+        out = np.empty((2, r.shape[0]), dtype=r.dtype)
+        for i in range(r.shape[0]):
+            out[0, i], out[1, i] = polynomial_short_range(r[i], poly, one)
+        return out
+
+    split = 0.7
+    r = np.linspace(0, cutoff * split, 100_001).astype(dtype)
+    poly = short_range_polynomials(split, cutoff * split, dtype)
+    fast = factors(r, poly, np.dtype(dtype).type(1))
+    u = r.astype(np.float64) / (2 * split)
+    exact_e = erfc(u)
+    exact_g = exact_e + 2 / math.sqrt(math.pi) * u * np.exp(-u * u)
+    assert np.abs(fast[0] - exact_g).max() <= POLYNOMIAL_SPLIT_ERROR[dtype]
+    assert np.abs(fast[1] - exact_e).max() <= POLYNOMIAL_SPLIT_ERROR[dtype]
+    # beyond the cutoff: the factors at the cutoff, finite (the pairs' mass is zero there)
+    beyond = factors(np.array([2 * cutoff * split, 1e30], dtype=dtype), poly,
+                     np.dtype(dtype).type(1))
+    assert np.isfinite(beyond).all()
+    assert np.allclose(beyond[:, 0], fast[:, -1], rtol=0, atol=POLYNOMIAL_SPLIT_ERROR[dtype])
 
 
 # -- TreePM through the API ------------------------------------------------------------------

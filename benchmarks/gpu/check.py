@@ -128,7 +128,6 @@ def _simulate_agreement(quick: bool) -> dict:
 
 def _short_range_agreement(quick: bool) -> dict:
     from nbody_dask.kernels import cuda, shortrange
-    from nbody_dask.kernels.law import short_range_constants
 
     rng = np.random.default_rng(9)
     box, split, cutoff = 1.0, 0.02, 0.1
@@ -136,8 +135,7 @@ def _short_range_agreement(quick: bool) -> dict:
     for nt, ns in ((40, 60),) if quick else ((1, 1), (300, 5000), (4097, 20_001)):
         t, s, m = rng.random((3, nt)), rng.random((3, ns)), rng.random(ns) / ns
         for dtype in (np.float32, np.float64):
-            law = np.concatenate([np.array([box, 1 / box, cutoff, split], dtype=dtype),
-                                  short_range_constants(split, dtype)])
+            law = shortrange.walk_constants(box, split, cutoff, dtype)
             tt, ss, mm, eps2 = t.astype(dtype), s.astype(dtype), m.astype(dtype), dtype(1e-6)
             host = np.zeros((4, nt), dtype=dtype)
             shortrange.short_p2p(*tt, *ss, mm, eps2, law, host)

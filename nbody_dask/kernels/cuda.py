@@ -39,6 +39,7 @@ import numpy as np
 from numba import cuda, float32, float64
 
 from . import law
+from .shortrange import LAW_POLYNOMIALS, LAW_SPLIT, walk_constants
 
 __all__ = ["BLOCK", "TARGETS_PER_THREAD", "SIMULATOR_SHAPE", "VARIANTS", "available",
            "accel_tile", "accel_potential_tile", "tile_pair_forces", "short_pair_forces",
@@ -91,9 +92,11 @@ def _inverse_distance(dtype_name: str):
 
 @functools.cache
 def _short_range_factors():
-    """TreePM's short-range factors, :func:`nbody_dask.kernels.law.fast_short_range`'s own
-    source as an inlined device function (arithmetic only: the same on every target)."""
-    return cuda.jit(device=True, inline=True, fastmath=True)(law.fast_short_range.py_func)
+    """TreePM's short-range factors, :func:`nbody_dask.kernels.law.polynomial_short_range`'s
+    and :func:`~nbody_dask.kernels.law.fast_short_range`'s own sources as inlined device
+    functions (arithmetic only: the same on every target)."""
+    jit = cuda.jit(device=True, inline=True, fastmath=True)
+    return jit(law.polynomial_short_range.py_func), jit(law.fast_short_range.py_func)
 
 
 @functools.cache
@@ -108,12 +111,13 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int,
     potential arithmetic. With ``short`` (also compile-time), TreePM's short range
     (:func:`short_pair_forces`): each pair at its minimum image in the periodic box, the
     force and potential multiplied by the split factors, pairs beyond the cutoff or at
-    ``r = 0`` dropped; ``constants`` is then ``(box, 1 / box, cutoff, r_s)`` and
-    :func:`~nbody_dask.kernels.law.short_range_constants`, in the run's dtype.
+    ``r = 0`` dropped; ``constants`` is then
+    :func:`~nbody_dask.kernels.shortrange.walk_constants`, in the run's dtype (the pairs'
+    polynomials where it has them, as on the CPU).
     """
     ftype = {"float32": float32, "float64": float64}[dtype_name]
     inverse_distance = _inverse_distance(dtype_name)
-    split_factors = _short_range_factors()
+    polynomial_factors, split_factors = _short_range_factors()
 
     @cuda.jit(device=True, inline=True, fastmath=True)
     def nearest(d, box, half):
@@ -149,7 +153,9 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int,
             box = constants[0]
             half = box / (one + one)
             cut2 = constants[2] * constants[2]
-            split = constants[4:]
+            split = constants[LAW_SPLIT:LAW_POLYNOMIALS]
+            poly = constants[LAW_POLYNOMIALS:]
+            polynomial = poly[0] > zero
         for p in range(per_thread):
             i = first + p * block
             active = i < nt  # inactive lanes compute on a dummy target and store nothing
@@ -193,7 +199,10 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int,
                         dz = nearest(dz, box, half)
                         r2 = dx * dx + dy * dy + dz * dz
                         mass = mk if (r2 > zero) and (r2 <= cut2) else zero
-                        g, e, _ = split_factors(math.sqrt(r2), split, one)
+                        if polynomial:
+                            g, e = polynomial_factors(math.sqrt(r2), poly, one)
+                        else:
+                            g, e, _ = split_factors(math.sqrt(r2), split, one)
                         inv = inverse_distance(dx, dy, dz, eps2, zero, one)
                         mi = mass * inv
                         s = mi * g * inv * inv
@@ -346,8 +355,7 @@ def short_pair_forces(target: tuple, source: tuple, source_mass: np.ndarray, eps
     wrapped into ``[0, box)``; their device copies are kept in :data:`DEVICE_CACHE` while
     their ``x`` lives."""
     dtype = np.result_type(target[0])
-    constants = np.concatenate([np.array([box, 1.0 / box, cutoff, split], dtype=dtype),
-                                law.short_range_constants(split, dtype)])
+    constants = walk_constants(box, split, cutoff, dtype)
     get = DEVICE_CACHE.get
     return _run(get(*target), get(*source), get(source_mass), target[0].shape[0],
                 source[0].shape[0], dtype, eps2, with_potential, False, block, per_thread,

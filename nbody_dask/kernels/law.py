@@ -26,7 +26,9 @@ import numpy as np
 from numba import njit
 
 __all__ = ["inverse_distance", "reciprocal_sqrt", "short_range", "fast_short_range",
-           "short_range_constants", "FAST_SPLIT_ERROR", "compile_for", "FAST_MATH",
+           "short_range_constants", "FAST_SPLIT_ERROR", "polynomial_short_range",
+           "short_range_polynomials", "short_range_python", "POLYNOMIAL_DEGREE",
+           "POLYNOMIAL_CUTOFF", "POLYNOMIAL_SPLIT_ERROR", "compile_for", "FAST_MATH",
            "JIT_OPTIONS"]
 
 #: The fast-math freedoms of the CPU kernels: every flag of ``fastmath=True`` but ``nsz``
@@ -127,6 +129,66 @@ def fast_short_range(r, law, one):
     t = one / (one + law[2] * u)
     e = t * (law[3] + t * (law[4] + t * (law[5] + t * (law[6] + t * law[7])))) * q
     return e + law[1] * u * q, e, q
+
+
+#: The degree of :func:`short_range_polynomials`.
+POLYNOMIAL_DEGREE = 16
+
+#: The largest cutoff, in units of ``r_s``, within which :func:`short_range_polynomials`
+#: hold to :data:`POLYNOMIAL_SPLIT_ERROR` (the short-range force there is 4.2e-4 of
+#: Newton's; beyond it, :func:`fast_short_range`).
+POLYNOMIAL_CUTOFF = 6.0
+
+#: The largest difference of :func:`polynomial_short_range`'s factors from the exact ones
+#: (absolute) at cutoffs up to :data:`POLYNOMIAL_CUTOFF`, by dtype (tests/test_periodic.py):
+#: the interpolation's in float64, Horner's rule's rounding in float32.
+POLYNOMIAL_SPLIT_ERROR = {"float32": 5e-7, "float64": 5e-8}
+
+
+def short_range_polynomials(split: float, cutoff: float, dtype) -> np.ndarray:
+    """The short-range factors ``g`` and ``e`` (:func:`short_range`, ``r_s = split``) for
+    ``0 <= r <= cutoff`` as polynomials of degree :data:`POLYNOMIAL_DEGREE` in ``x = 2 r /
+    cutoff - 1``, in ``dtype``: ``2 / cutoff``, then the coefficients of ``g`` and of ``e``
+    from the constant term up. They interpolate the factors at the Chebyshev points of the
+    interval (computed here in float64 by the ``math`` module, the same on every worker),
+    within :data:`POLYNOMIAL_SPLIT_ERROR` for ``cutoff <= POLYNOMIAL_CUTOFF * split``.
+    :func:`polynomial_short_range` evaluates them."""
+    from numpy.polynomial import chebyshev
+
+    n = POLYNOMIAL_DEGREE + 1
+    nodes = [math.cos(math.pi * (k + 0.5) / n) for k in range(n)]
+    coefficients = []
+    for factor in (0, 1):
+        values = [short_range_python((x + 1) * cutoff / 2, split)[factor] for x in nodes]
+        cheb = [2.0 / n * sum(v * math.cos(math.pi * j * (k + 0.5) / n)
+                              for k, v in enumerate(values)) for j in range(n)]
+        cheb[0] /= 2
+        coefficients.append(chebyshev.cheb2poly(cheb))
+    return np.array([2.0 / cutoff, *coefficients[0], *coefficients[1]], dtype=dtype)
+
+
+def short_range_python(r: float, split: float) -> tuple[float, float]:
+    """:func:`short_range`'s ``(g, e)`` in plain Python float64."""
+    u = r / (2 * split)
+    e = math.erfc(u)
+    return e + 2 / math.sqrt(math.pi) * u * math.exp(-u * u), e
+
+
+@njit(inline="always", **JIT_OPTIONS)
+def polynomial_short_range(r, poly, one):
+    """:func:`short_range`'s factors ``(g, e)`` at ``r`` from
+    :func:`short_range_polynomials` ``poly`` (in the dtype of ``one``): two polynomials by
+    Horner's rule, a multiply-add a degree. ``r`` beyond the cutoff is taken as the
+    cutoff. Cheaper than :func:`fast_short_range` (no division): the pair kernels' law."""
+    x = r * poly[0] - one
+    x = x if x < one else one
+    g = poly[POLYNOMIAL_DEGREE + 1]
+    for k in range(POLYNOMIAL_DEGREE, 0, -1):
+        g = g * x + poly[k]
+    e = poly[2 * POLYNOMIAL_DEGREE + 2]
+    for k in range(2 * POLYNOMIAL_DEGREE + 1, POLYNOMIAL_DEGREE + 1, -1):
+        e = e * x + poly[k]
+    return g, e
 
 
 def compile_for(jit: Callable, target_reciprocal_sqrt: Callable) -> Callable:

@@ -42,12 +42,14 @@ import numpy as np
 from numba import njit, prange
 
 from .law import JIT_OPTIONS as _JIT
-from .law import fast_short_range, inverse_distance, short_range_constants
+from .law import (POLYNOMIAL_CUTOFF, fast_short_range, inverse_distance,
+                  polynomial_short_range, short_range_constants, short_range_polynomials)
 from .octree import TileTree
 from .walk import group_sphere
 
-__all__ = ["GROUP_TARGETS", "KAPPA", "PICK", "cell_spread", "short_m2p", "short_p2p", "short_pairs",
-           "short_walk", "short_walk_sorted", "spread_of", "target_groups"]
+__all__ = ["GROUP_TARGETS", "KAPPA", "LAW_POLYNOMIALS", "LAW_SPLIT", "PICK", "cell_spread",
+           "short_m2p", "short_p2p", "short_pairs", "short_walk", "short_walk_sorted",
+           "spread_of", "target_groups", "walk_constants"]
 
 
 #: The largest ``kappa`` of an accepted cell (module docstring). Measured on 262,144 bodies
@@ -74,18 +76,31 @@ def _nearest(d, box, inv_box, half):
 @njit(**_JIT)
 def short_p2p(tx, ty, tz, xs, ys, zs, ms, eps2, law, out):
     """Add the short-range forces of sources (nearest images) within the cutoff on targets
-    to ``out`` (3 or 4, nt). ``law`` is the walk's constants in the run's dtype: ``(box,
-    1 / box, cutoff, r_s)`` and :func:`~nbody_dask.kernels.law.short_range_constants` from
-    index 4. The cutoff applies to each pair, so the pairs a walk evaluates body by body act
-    on each other equally and oppositely. The inner loop has no branch and no call: it
-    vectorises."""
+    to ``out`` (3 or 4, nt). ``law`` is the walk's constants in the run's dtype
+    (:func:`walk_constants`). The cutoff applies to each pair, so the pairs a walk evaluates
+    body by body act on each other equally and oppositely. The inner loop has no branch and
+    no call: it vectorises."""
+    if out.shape[0] == 4:
+        if law[LAW_POLYNOMIALS] > 0:
+            _p2p(tx, ty, tz, xs, ys, zs, ms, eps2, law, out, True, True)
+        else:
+            _p2p(tx, ty, tz, xs, ys, zs, ms, eps2, law, out, True, False)
+    elif law[LAW_POLYNOMIALS] > 0:
+        _p2p(tx, ty, tz, xs, ys, zs, ms, eps2, law, out, False, True)
+    else:
+        _p2p(tx, ty, tz, xs, ys, zs, ms, eps2, law, out, False, False)
+
+
+@njit(inline="always", **_JIT)
+def _p2p(tx, ty, tz, xs, ys, zs, ms, eps2, law, out, with_potential, polynomial):
+    """:func:`short_p2p` with ``with_potential`` and ``polynomial`` constants of the
+    caller, so that each of its four copies computes only what it needs."""
     box, inv_box = law[0], law[1]
     cut2 = law[2] * law[2]
-    split = law[4:]
+    split, poly = law[LAW_SPLIT:LAW_POLYNOMIALS], law[LAW_POLYNOMIALS:]
     one = np.ones(1, dtype=tx.dtype)[0]
     zero = one - one
     half = one / (one + one)
-    with_potential = out.shape[0] == 4
     for i in range(tx.shape[0]):
         xi, yi, zi = tx[i], ty[i], tz[i]
         ax = ay = az = psi = zero
@@ -93,27 +108,30 @@ def short_p2p(tx, ty, tz, xs, ys, zs, ms, eps2, law, out):
             dx = _nearest(xs[j] - xi, box, inv_box, half)
             dy = _nearest(ys[j] - yi, box, inv_box, half)
             dz = _nearest(zs[j] - zi, box, inv_box, half)
-            f, e = _pair(dx, dy, dz, ms[j], eps2, cut2, split, zero, one)
+            f, e = _pair(dx, dy, dz, ms[j], eps2, cut2, split, poly, zero, one,
+                         with_potential, polynomial)
             ax += f * dx
             ay += f * dy
             az += f * dz
             psi += e
-        out[0, i] += ax
-        out[1, i] += ay
-        out[2, i] += az
-        if with_potential:
-            out[3, i] -= psi
+        _keep(out, i, ax, ay, az, psi, with_potential)
 
 
 @njit(inline="always", **_JIT)
-def _pair(dx, dy, dz, m, eps2, cut2, split, zero, one):
+def _pair(dx, dy, dz, m, eps2, cut2, split, poly, zero, one, with_potential, polynomial):
     """One source's short-range terms on one target at separation ``d`` (the image to use):
-    the force factor and the potential term, zero beyond the cutoff or at ``r = 0``."""
+    the force factor and the potential term (zero without ``with_potential``), zero beyond
+    the cutoff or at ``r = 0``. The factors come from
+    :func:`~nbody_dask.kernels.law.polynomial_short_range` (``poly``) with ``polynomial``,
+    else from :func:`~nbody_dask.kernels.law.fast_short_range` (``split``)."""
     r2 = dx * dx + dy * dy + dz * dz
     mass = m if (r2 > zero) & (r2 <= cut2) else zero
-    g, e, _ = fast_short_range(np.sqrt(r2), split, one)
+    if polynomial:
+        g, e = polynomial_short_range(np.sqrt(r2), poly, one)
+    else:
+        g, e, _ = fast_short_range(np.sqrt(r2), split, one)
     inv = inverse_distance(dx, dy, dz, eps2, zero, one)
-    return mass * g * inv * inv * inv, mass * e * inv
+    return mass * g * inv * inv * inv, (mass * e * inv if with_potential else zero)
 
 
 @njit(**_JIT)
@@ -164,11 +182,26 @@ def short_pairs(tx, ty, tz, sources, leaves, n_leaves, eps2, law, out, kept):
     there, ``kept`` a (4, ns) scratch array), then each is loaded once for four (as
     :func:`~nbody_dask.kernels.cpu.accel_tile`). The sources left out contribute exactly
     zero. A last group of fewer than four repeats its last target (computed, not kept)."""
+    if out.shape[0] == 4:
+        if law[LAW_POLYNOMIALS] > 0:
+            _pairs(tx, ty, tz, sources, leaves, n_leaves, eps2, law, out, kept, True, True)
+        else:
+            _pairs(tx, ty, tz, sources, leaves, n_leaves, eps2, law, out, kept, True, False)
+    elif law[LAW_POLYNOMIALS] > 0:
+        _pairs(tx, ty, tz, sources, leaves, n_leaves, eps2, law, out, kept, False, True)
+    else:
+        _pairs(tx, ty, tz, sources, leaves, n_leaves, eps2, law, out, kept, False, False)
+
+
+@njit(inline="always", **_JIT)
+def _pairs(tx, ty, tz, sources, leaves, n_leaves, eps2, law, out, kept, with_potential,
+           polynomial):
+    """:func:`short_pairs` with ``with_potential`` and ``polynomial`` constants of the
+    caller (as :func:`_p2p`)."""
     cut2 = law[2] * law[2]
-    split = law[4:]
+    split, poly = law[LAW_SPLIT:LAW_POLYNOMIALS], law[LAW_POLYNOMIALS:]
     one = np.ones(1, dtype=tx.dtype)[0]
     zero = one - one
-    with_potential = out.shape[0] == 4
     nt = tx.shape[0]
     last = nt - 1
     for i in range(0, nt, 4):
@@ -185,25 +218,29 @@ def short_pairs(tx, ty, tz, sources, leaves, n_leaves, eps2, law, out, kept):
         for j in range(ns):
             xj, yj, zj, mj = kept[0, j], kept[1, j], kept[2, j], kept[3, j]
             dx, dy, dz = xj - x0, yj - y0, zj - z0
-            f, e = _pair(dx, dy, dz, mj, eps2, cut2, split, zero, one)
+            f, e = _pair(dx, dy, dz, mj, eps2, cut2, split, poly, zero, one, with_potential,
+                         polynomial)
             ax0 += f * dx
             ay0 += f * dy
             az0 += f * dz
             p0 += e
             dx, dy, dz = xj - x1, yj - y1, zj - z1
-            f, e = _pair(dx, dy, dz, mj, eps2, cut2, split, zero, one)
+            f, e = _pair(dx, dy, dz, mj, eps2, cut2, split, poly, zero, one, with_potential,
+                         polynomial)
             ax1 += f * dx
             ay1 += f * dy
             az1 += f * dz
             p1 += e
             dx, dy, dz = xj - x2, yj - y2, zj - z2
-            f, e = _pair(dx, dy, dz, mj, eps2, cut2, split, zero, one)
+            f, e = _pair(dx, dy, dz, mj, eps2, cut2, split, poly, zero, one, with_potential,
+                         polynomial)
             ax2 += f * dx
             ay2 += f * dy
             az2 += f * dz
             p2 += e
             dx, dy, dz = xj - x3, yj - y3, zj - z3
-            f, e = _pair(dx, dy, dz, mj, eps2, cut2, split, zero, one)
+            f, e = _pair(dx, dy, dz, mj, eps2, cut2, split, poly, zero, one, with_potential,
+                         polynomial)
             ax3 += f * dx
             ay3 += f * dy
             az3 += f * dz
@@ -260,7 +297,7 @@ def short_m2p(tx, ty, tz, moments, count, eps2, law, out):
     With ``T`` that trace, ``sum m psi(|x - c - d|)`` to second order in ``d`` adds
     ``T laplacian(psi) / 6 = T h / 2`` to the quadrupole term (the Laplacian of the
     short-range potential is ``3 h``)."""
-    rs, split = law[3], law[4:]
+    rs, split = law[3], law[LAW_SPLIT:LAW_POLYNOMIALS]
     c2sp = split[1]
     one = np.ones(1, dtype=tx.dtype)[0]
     zero = one - one
@@ -473,6 +510,25 @@ def _active_groups(groups, start, end, active_sorted):
     return groups[keep]
 
 
+#: Where the parts of :func:`walk_constants` begin.
+LAW_SPLIT = 4
+LAW_POLYNOMIALS = LAW_SPLIT + short_range_constants(1.0, np.float64).shape[0]
+
+
+def walk_constants(box: float, split: float, cutoff: float, dtype) -> np.ndarray:
+    """What the walk's kernels read as ``law``, in ``dtype``: ``(box, 1 / box, cutoff,
+    r_s)``, then (from :data:`LAW_SPLIT`) the
+    :func:`~nbody_dask.kernels.law.short_range_constants` of the cells' law, then (from
+    :data:`LAW_POLYNOMIALS`) the pairs' :func:`~nbody_dask.kernels.law.short_range_polynomials`
+    where the cutoff is at most :data:`~nbody_dask.kernels.law.POLYNOMIAL_CUTOFF` ``r_s``
+    (zeros beyond: the pairs then take the cells' law)."""
+    poly = short_range_polynomials(split, cutoff, dtype)
+    if cutoff > POLYNOMIAL_CUTOFF * split:
+        poly[:] = 0
+    return np.concatenate([np.array([box, 1.0 / box, cutoff, split], dtype=dtype),
+                           short_range_constants(split, dtype), poly])
+
+
 def short_walk(target: TileTree, source: TileTree, eps2: Any, theta: float, box: float,
                split: float, cutoff: float, with_potential: bool = False,
                spread: np.ndarray | None = None, active: np.ndarray | None = None
@@ -491,8 +547,7 @@ def short_walk(target: TileTree, source: TileTree, eps2: Any, theta: float, box:
     across it): such cells have a large ``b_max`` and are opened, never wrong.
     """
     dtype = target.x.dtype.type
-    law = np.concatenate([np.array([box, 1.0 / box, cutoff, split], dtype=dtype),
-                          short_range_constants(split, dtype)])
+    law = walk_constants(box, split, cutoff, dtype)
     cells64 = np.array([box, cutoff, split])
     spread = spread_of(source) if spread is None else spread
     groups = target_groups(target.start, target.end, target.skip, target.leaf, GROUP_TARGETS)
