@@ -118,7 +118,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--softening", type=float, default=1 / 25,
                         help="comoving, in mean interparticle spacings")
-    parser.add_argument("--dlna", type=float, default=0.02, help="nbody_dask's step in ln a")
+    parser.add_argument("--dlna", type=float, default=0.02,
+                        help="nbody_dask's step in ln a (a block's, with --timestep individual)")
+    parser.add_argument("--timestep", choices=["global", "individual"], default="global",
+                        help="nbody_dask's time steps")
+    parser.add_argument("--time-bins", type=int, default=None,
+                        help="nbody_dask's time bins (with --timestep individual)")
+    parser.add_argument("--eta", type=float, default=None,
+                        help="nbody_dask's time-step accuracy (with --timestep individual)")
     parser.add_argument("--swift-dt-max", type=float, default=0.01,
                         help="SWIFT's largest step (ln a)")
     parser.add_argument("--cutoff", type=float, default=None, help="nbody_dask's TreePM cutoff")
@@ -160,8 +167,12 @@ def main() -> None:
                                    dtype="float32", store=workdir / "nbody.zarr",
                                    overwrite=True, progress=False, cutoff=args.cutoff,
                                    theta=args.theta, mesh_size=args.mesh_size,
-                                   split=args.split)
+                                   split=args.split, timestep=args.timestep,
+                                   time_bins=args.time_bins, eta=args.eta)
         ours = {"seconds": time.perf_counter() - start, "steps": int(traj.step[-1])}
+        if args.timestep == "individual":
+            ours["force_evaluations_per_body"] = float(traj.force_evaluations.sum()
+                                                       / traj.sizes["body"])
         (workdir / "result-nbody.json").write_text(json.dumps(ours))
     print(f"nbody_dask: {ours['seconds']:.1f} s, {ours['steps']} steps")
 
