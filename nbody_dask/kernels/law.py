@@ -18,6 +18,7 @@ instruction). :func:`compile_for` compiles this very source for another target w
 
 from __future__ import annotations
 
+import functools
 import math
 import types
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from numba import njit
 
 __all__ = ["inverse_distance", "reciprocal_sqrt", "short_range", "fast_short_range",
            "short_range_constants", "FAST_SPLIT_ERROR", "polynomial_short_range",
-           "short_range_polynomials", "short_range_python", "POLYNOMIAL_DEGREE",
+           "short_range_polynomials", "POLYNOMIAL_DEGREE",
            "POLYNOMIAL_CUTOFF", "POLYNOMIAL_SPLIT_ERROR", "compile_for", "FAST_MATH",
            "JIT_OPTIONS"]
 
@@ -150,28 +151,31 @@ def short_range_polynomials(split: float, cutoff: float, dtype) -> np.ndarray:
     ``0 <= r <= cutoff`` as polynomials of degree :data:`POLYNOMIAL_DEGREE` in ``x = 2 r /
     cutoff - 1``, in ``dtype``: ``2 / cutoff``, then the coefficients of ``g`` and of ``e``
     from the constant term up. They interpolate the factors at the Chebyshev points of the
-    interval (computed here in float64 by the ``math`` module, the same on every worker),
-    within :data:`POLYNOMIAL_SPLIT_ERROR` for ``cutoff <= POLYNOMIAL_CUTOFF * split``.
+    interval (computed in float64 by :func:`short_range`'s plain Python, the same on every
+    worker, once per ``split`` and ``cutoff`` in a process), within
+    :data:`POLYNOMIAL_SPLIT_ERROR` for ``cutoff <= POLYNOMIAL_CUTOFF * split``.
     :func:`polynomial_short_range` evaluates them."""
+    return np.array(_polynomial_coefficients(float(split), float(cutoff)), dtype=dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def _polynomial_coefficients(split: float, cutoff: float) -> tuple[float, ...]:
+    """:func:`short_range_polynomials` in float64, as a tuple."""
     from numpy.polynomial import chebyshev
 
     n = POLYNOMIAL_DEGREE + 1
     nodes = [math.cos(math.pi * (k + 0.5) / n) for k in range(n)]
+    exact = short_range.py_func  # the law in Python floats (math.erfc, math.exp)
+    inv_2rs, two_over_sqrt_pi = 0.5 / split, 2.0 / math.sqrt(math.pi)
     coefficients = []
     for factor in (0, 1):
-        values = [short_range_python((x + 1) * cutoff / 2, split)[factor] for x in nodes]
+        values = [exact((x + 1) * cutoff / 2, inv_2rs, two_over_sqrt_pi)[factor]
+                  for x in nodes]
         cheb = [2.0 / n * sum(v * math.cos(math.pi * j * (k + 0.5) / n)
                               for k, v in enumerate(values)) for j in range(n)]
         cheb[0] /= 2
-        coefficients.append(chebyshev.cheb2poly(cheb))
-    return np.array([2.0 / cutoff, *coefficients[0], *coefficients[1]], dtype=dtype)
-
-
-def short_range_python(r: float, split: float) -> tuple[float, float]:
-    """:func:`short_range`'s ``(g, e)`` in plain Python float64."""
-    u = r / (2 * split)
-    e = math.erfc(u)
-    return e + 2 / math.sqrt(math.pi) * u * math.exp(-u * u), e
+        coefficients.extend(float(c) for c in chebyshev.cheb2poly(cheb))
+    return (2.0 / cutoff, *coefficients)
 
 
 @njit(inline="always", **JIT_OPTIONS)

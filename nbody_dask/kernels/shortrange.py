@@ -42,7 +42,7 @@ import numpy as np
 from numba import njit, prange
 
 from .law import JIT_OPTIONS as _JIT
-from .law import (POLYNOMIAL_CUTOFF, fast_short_range, inverse_distance,
+from .law import (POLYNOMIAL_CUTOFF, POLYNOMIAL_DEGREE, fast_short_range, inverse_distance,
                   polynomial_short_range, short_range_constants, short_range_polynomials)
 from .octree import TileTree
 from .walk import group_sphere
@@ -522,9 +522,10 @@ def walk_constants(box: float, split: float, cutoff: float, dtype) -> np.ndarray
     :data:`LAW_POLYNOMIALS`) the pairs' :func:`~nbody_dask.kernels.law.short_range_polynomials`
     where the cutoff is at most :data:`~nbody_dask.kernels.law.POLYNOMIAL_CUTOFF` ``r_s``
     (zeros beyond: the pairs then take the cells' law)."""
-    poly = short_range_polynomials(split, cutoff, dtype)
-    if cutoff > POLYNOMIAL_CUTOFF * split:
-        poly[:] = 0
+    if cutoff <= POLYNOMIAL_CUTOFF * split:
+        poly = short_range_polynomials(split, cutoff, dtype)
+    else:
+        poly = np.zeros(2 * POLYNOMIAL_DEGREE + 3, dtype=dtype)
     return np.concatenate([np.array([box, 1.0 / box, cutoff, split], dtype=dtype),
                            short_range_constants(split, dtype), poly])
 
