@@ -162,6 +162,32 @@ def test_the_short_range_walk_equals_the_real_space_sum_when_it_opens_every_cell
     assert (np.abs(walked[3, :300] + own - reference[3]) <= bound * newton[1]).all()
 
 
+def test_the_short_range_walk_with_the_pairs_polynomials_equals_a_direct_sum():
+    """At the default cutoff (5 r_s, where the pairs take the polynomial factors) and
+    every cell opened, the walk is a sum over the pairs within the cutoff: against that
+    sum in float64 with scipy's erfc."""
+    x, m = _uniform(1500)
+    split, cutoff = 0.04, 0.2
+    tree = octree.build(x, m, 16)
+    walked = short_walk(tree, tree, 0.0, 1e-3, 1.0, split, cutoff, True)
+    t = x[:, :300]
+    d = x[:, None, :] - t[:, :, None]
+    d -= np.floor(d + 0.5)
+    r = np.sqrt((d * d).sum(axis=0))
+    inside = (r > 0) & (r <= cutoff)
+    u = np.where(inside, r, 1.0) / (2 * split)
+    e = erfc(u)
+    g = e + 2 / math.sqrt(math.pi) * u * np.exp(-u * u)
+    with np.errstate(divide="ignore"):
+        force = np.where(inside, m * g / r**3, 0)
+        newton = np.where(inside, m / r**2, 0).sum(axis=1), np.where(inside, m / r, 0).sum(axis=1)
+        potential = -np.where(inside, m * e / r, 0).sum(axis=1)
+    reference = (force[None] * d).sum(axis=2)
+    bound = 2 * POLYNOMIAL_SPLIT_ERROR["float64"]
+    assert (np.linalg.norm(walked[:3, :300] - reference, axis=0) <= bound * newton[0]).all()
+    assert (np.abs(walked[3, :300] - potential) <= bound * newton[1]).all()
+
+
 def test_cells_across_the_box_edge_give_the_same_forces():
     """A tile's tree keeps its cells between re-tilings while bodies wrap around the box:
     cells then hold bodies at both edges (the walk takes each pair's nearest image)."""
