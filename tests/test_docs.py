@@ -27,6 +27,7 @@ MODULES = {
     "nbody_dask.kernels.ewald": None,
     "nbody_dask.kernels.pm": None,
     "nbody_dask.kernels.shortrange": None,
+    "nbody_dask.kernels.stack": None,
     "nbody_dask.meshfft": None,
     "nbody_dask.plan": None,
     "nbody_dask.timebins": None,

@@ -31,6 +31,7 @@ from numba import njit
 
 from .law import JIT_OPTIONS as _JIT
 from .law import inverse_distance
+from .stack import align_stack
 
 __all__ = ["accel_tile", "accel_potential_tile", "tile_pair_forces", "symmetric_pair_forces",
            "self_tile_forces", "accel_rate_tile",
@@ -61,6 +62,7 @@ def accel_tile(xt, yt, zt, xs, ys, zs, ms, eps2):
     ndarray, shape (3, nt)
         ``sum_j m_j (r_j - r_i) / (|r_j - r_i|^2 + eps2)^(3/2)`` for every target ``i``.
     """
+    align_stack()
     nt = xt.shape[0]
     ns = xs.shape[0]
     out = np.zeros((3, nt), dtype=xt.dtype)
@@ -142,6 +144,7 @@ def accel_potential_tile(xt, yt, zt, xs, ys, zs, ms, eps2, diagonal, first=0):
         Rows 0-2 as :func:`accel_tile`; row 3 the potential
         ``-sum_{j != i} m_j / sqrt(|r_j - r_i|^2 + eps2)`` (G = 1).
     """
+    align_stack()
     nt = xt.shape[0]
     ns = xs.shape[0]
     out = np.zeros((4, nt), dtype=xt.dtype)
@@ -197,6 +200,7 @@ def accel_rate_tile(xt, yt, zt, mt, own, xs, ys, zs, ms, eps2, with_potential):
         dominates: the terms fall as ``r^-6``). A sum, so the tile pairs' partials add up
         like the forces.
     """
+    align_stack()
     nt = xt.shape[0]
     ns = xs.shape[0]
     out = np.zeros((5 if with_potential else 4, nt), dtype=xt.dtype)

@@ -45,6 +45,7 @@ from .law import JIT_OPTIONS as _JIT
 from .law import (POLYNOMIAL_CUTOFF, POLYNOMIAL_DEGREE, fast_short_range, inverse_distance,
                   polynomial_short_range, short_range_constants, short_range_polynomials)
 from .octree import TileTree
+from .stack import align_stack
 from .walk import group_sphere
 
 __all__ = ["GROUP_TARGETS", "KAPPA", "LAW_POLYNOMIALS", "LAW_SPLIT", "PICK", "cell_spread",
@@ -80,6 +81,7 @@ def short_p2p(tx, ty, tz, xs, ys, zs, ms, eps2, law, out):
     (:func:`walk_constants`). The cutoff applies to each pair, so the pairs a walk evaluates
     body by body act on each other equally and oppositely. The inner loop has no branch and
     no call: it vectorises."""
+    align_stack()
     if out.shape[0] == 4:
         if law[LAW_POLYNOMIALS] > 0:
             _p2p(tx, ty, tz, xs, ys, zs, ms, eps2, law, out, True, True)
@@ -182,6 +184,7 @@ def short_pairs(tx, ty, tz, sources, leaves, n_leaves, eps2, law, out, kept):
     there, ``kept`` a (4, ns) scratch array), then each is loaded once for four (as
     :func:`~nbody_dask.kernels.cpu.accel_tile`). The sources left out contribute exactly
     zero. A last group of fewer than four repeats its last target (computed, not kept)."""
+    align_stack()
     if out.shape[0] == 4:
         if law[LAW_POLYNOMIALS] > 0:
             _pairs(tx, ty, tz, sources, leaves, n_leaves, eps2, law, out, kept, True, True)
@@ -297,6 +300,7 @@ def short_m2p(tx, ty, tz, moments, count, eps2, law, out):
     With ``T`` that trace, ``sum m psi(|x - c - d|)`` to second order in ``d`` adds
     ``T laplacian(psi) / 6 = T h / 2`` to the quadrupole term (the Laplacian of the
     short-range potential is ``3 h``)."""
+    align_stack()
     rs, split = law[3], law[LAW_SPLIT:LAW_POLYNOMIALS]
     c2sp = split[1]
     one = np.ones(1, dtype=tx.dtype)[0]
@@ -355,6 +359,7 @@ def _group_forces(targets, lo, hi, sources, spread, eps2, theta, law, cells64, m
     the buffer and the sphere holding their bodies, as :func:`_pick` reads them),
     ``buffer`` (2, 4, k) for their bodies and for the bodies picked from them (grown if too
     small)."""
+    align_stack()
     tx, ty, tz = targets[0], targets[1], targets[2]
     x, y, z, m, start, end, skip, leaf = sources[:8]
     mass, com, bmax, acceptable = sources[8], sources[9], sources[11], sources[12]
