@@ -29,7 +29,8 @@ from .schema import stored_plan
 from .storage import check_store_path, open_trajectory
 from .units import code_value, declares_units
 
-__all__ = ["RunArguments", "fresh_start", "resume_point", "start_time", "check_on_cluster"]
+__all__ = ["RunArguments", "fresh_start", "resume_point", "start_time", "check_on_cluster",
+           "with_bodies_box"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,8 @@ class RunArguments:
     step_criterion: str | None = None
     eta: float | None = None
     time_bins: int | None = None
+    #: whether ``box_size`` came from the bodies' attribute (:func:`with_bodies_box`)
+    box_from_bodies: bool = False
 
     def plan(self, n: int, a_start: float | None = None) -> Plan:
         """The plan of a run of ``n`` bodies: defaults from the configuration, ``"auto"``
@@ -97,10 +100,14 @@ class RunArguments:
                 time_bins=self.time_bins,
             )
         except ValueError as exc:
-            if asked == method:
+            notes = [] if asked == method else [f"method={asked!r} chose {method!r} for {n} "
+                                                "bodies"]
+            if self.box_from_bodies and box_size is not None:
+                notes.append(f"box_size={box_size!r} is the bodies' attribute: a periodic "
+                             "box; del bodies.attrs['box_size'] for an isolated system")
+            if not notes:
                 raise
-            raise ValueError(f"{exc} (method={asked!r} chose {method!r} for {n} bodies)"
-                             ) from None
+            raise ValueError(f"{exc} ({'; '.join(notes)})") from None
 
     def comoving_fields(self, a_start: float | None) -> dict[str, Any]:
         """A cosmological run's plan fields (``cosmology`` as JSON, ``a_start``, ``a_end``
@@ -183,8 +190,8 @@ class RunArguments:
         """Refuse an argument given on resume that differs from the stored ``plan``'s."""
         for field in fields(self):
             value = getattr(self, field.name)
-            if value is None or field.name == "backend" or (field.name == "method"
-                                                              and value == "auto"):
+            if value is None or field.name in ("backend", "box_from_bodies") or (
+                    field.name == "method" and value == "auto"):
                 continue
             if plan.comoving and field.name == "snapshot_redshifts":
                 given = sorted(1 / (1 + float(z)) for z in np.atleast_1d(value))
@@ -221,7 +228,7 @@ def fresh_start(bodies: Any, store: Any, storage_options: dict | None, overwrite
     if args.G not in (None, 1) and declares_units(ds.attrs):
         raise ValueError(f"G={args.G!r}: the bodies are in physical units, whose code units "
                          "set G = 1 (nbody_dask.units); leave G out")
-    args = _with_bodies_cosmology(args, ds.attrs).in_code_units(ds.attrs)
+    args = with_bodies_box(args, ds.attrs).in_code_units(ds.attrs)
     t0 = start_time(bodies)
     plan = args.plan(ds.sizes["body"], a_start=t0 if args.cosmology is not None else None)
     t0 = 0.0 if t0 is None else t0
@@ -248,13 +255,15 @@ def check_on_cluster(ds: xr.Dataset, plan: Plan) -> xr.Dataset:
     return wrap_positions(ds, plan.box_size)
 
 
-def _with_bodies_cosmology(args: RunArguments, attrs: dict[str, Any]) -> RunArguments:
-    """``args`` with the cosmology and box of bodies that carry them (cosmological initial
-    conditions: :func:`nbody_dask.cosmological_ics`), unless given."""
-    if args.cosmology is None and "cosmology" in attrs:
+def with_bodies_box(args: RunArguments, attrs: dict[str, Any],
+                    cosmology: bool = True) -> RunArguments:
+    """``args`` with the periodic box of bodies that carry one (a periodic run's snapshot,
+    cosmological initial conditions: :func:`nbody_dask.cosmological_ics`) and, with
+    ``cosmology``, their cosmology, where not given."""
+    if cosmology and args.cosmology is None and "cosmology" in attrs:
         args = replace(args, cosmology=attrs["cosmology"])
-    if args.cosmology is not None and args.box_size is None and "box_size" in attrs:
-        args = replace(args, box_size=float(attrs["box_size"]))
+    if args.box_size is None and attrs.get("box_size") is not None:
+        args = replace(args, box_size=float(attrs["box_size"]), box_from_bodies=True)
     return args
 
 

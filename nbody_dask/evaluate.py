@@ -18,7 +18,7 @@ from distributed import Client
 
 from . import config
 from .accuracy import ForceErrors, force_errors
-from .arguments import RunArguments, check_on_cluster
+from .arguments import RunArguments, check_on_cluster, with_bodies_box
 from .bodies import as_bodies, is_lazy, lazy_bodies, resolve_dtype, wrap_positions
 from .clusters import client_context
 from .driver import run_token, settle, submit_pieces, tiles_on_cluster
@@ -33,7 +33,7 @@ def evaluate_once(bodies: Any, args: RunArguments, client: Client | None,
     (``with_potential``) the diagnostics vector."""
     lazy = is_lazy(bodies)
     ds = lazy_bodies(bodies) if lazy else as_bodies(bodies)
-    args = args.in_code_units(ds.attrs)
+    args = with_bodies_box(args, ds.attrs, cosmology=False).in_code_units(ds.attrs)
     plan = args.plan(ds.sizes["body"])
     if not lazy:  # a lazy set is checked by its cluster, below
         ds = check_on_cluster(ds, plan)
@@ -162,6 +162,9 @@ def force_accuracy(bodies: Any, softening: float = 0.0, *, G: float = 1.0,
                         leaf_size=leaf_size, dtype=dtype, tile_size=tile_size,
                         box_size=box_size, mesh_size=mesh_size, mesh_slabs=mesh_slabs,
                         split=split, cutoff=cutoff, client=client)
+    if box_size is None:  # as accelerations() reads it: the bodies' box, else the setting
+        box_size = (lazy_bodies(bodies) if is_lazy(bodies) else as_bodies(bodies)).attrs.get(
+            "box_size")
     box = config.get("box-size", box_size)
     if box is not None:  # the positions as the run saw them, inside the box
         bodies = wrap_positions(as_bodies(bodies), box)

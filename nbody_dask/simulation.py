@@ -151,11 +151,12 @@ def simulate(
         ``force_error_sample x N`` float64 interactions a snapshot, spread over the tiles.
         None or 0 (the default): not recorded.
     box_size : float or astropy.units.Quantity, optional
-        Side ``L`` of a periodic cube (``nbody.box-size``; None: an isolated system). The
-        bodies move in ``[0, L)`` (positions outside are wrapped in at the start and after
-        every drift), every body feels every image of every other, and the mean density is
-        subtracted, as in cosmological codes. A length quantity for bodies in physical
-        units. See the user guide's "Periodic boxes".
+        Side ``L`` of a periodic cube (``nbody.box-size``; None: the bodies' ``box_size``
+        attribute where they carry one, a periodic run's snapshot say, else an isolated
+        system). The bodies move in ``[0, L)`` (positions outside are wrapped in at the
+        start and after every drift), every body feels every image of every other, and the
+        mean density is subtracted, as in cosmological codes. A length quantity for bodies
+        in physical units. See the user guide's "Periodic boxes".
     mesh_size : int, optional
         TreePM's mesh points per side (``nbody.mesh-size``); by default twice the particle
         grid, ``2 cbrt(N)`` (at least 32), rounded up to a fast FFT size.

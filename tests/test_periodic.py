@@ -314,6 +314,25 @@ def test_force_accuracy_and_recorded_errors_use_the_ewald_sum(client):
     assert (recorded > 0).all() and (recorded < 1e-3).all()
 
 
+def test_bodies_that_carry_a_box_are_periodic_without_box_size(client):
+    """A periodic run's snapshot (or cosmological initial conditions) carries ``box_size``:
+    every entry point reads it where ``box_size`` is not given, and a method for isolated
+    systems says where the box came from."""
+    x, m = _uniform(300, seed=7)
+    bodies = _bodies(x, m)
+    kw = dict(method="direct", client=client)
+    given = nbody_dask.accelerations(bodies, box_size=1.0, **kw)
+    energy = nbody_dask.potential_energy(bodies, box_size=1.0, **kw)
+    bodies.attrs["box_size"] = 1.0
+    np.testing.assert_array_equal(nbody_dask.accelerations(bodies, **kw), given)
+    assert nbody_dask.potential_energy(bodies, **kw) == energy
+    assert nbody_dask.force_accuracy(bodies, sample=50, **kw).max < 1e-11
+    with pytest.raises(ValueError, match=r"box_size=1.0 is the bodies' attribute"):
+        nbody_dask.accelerations(bodies, method="tree", client=client)
+    traj = nbody_dask.simulate(bodies, steps=1, dt=1e-4, progress=False, **kw)
+    assert traj.attrs["box_size"] == 1.0
+
+
 def test_direct_in_a_box_is_the_ewald_sum_on_any_tiling(client):
     x, m = _uniform(300, seed=7)
     bodies = _bodies(x, m)
