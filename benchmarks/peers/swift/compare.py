@@ -118,6 +118,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--softening", type=float, default=1 / 25,
                         help="comoving, in mean interparticle spacings")
+    parser.add_argument("--plummer-factor", type=float, default=1.0,
+                        help="nbody_dask's Plummer softening over SWIFT's Plummer-equivalent "
+                             "one (SWIFT's is a Wendland C2 kernel, Newtonian beyond 3 of "
+                             "its lengths; 0.6 matches its force best, README.md)")
     parser.add_argument("--dlna", type=float, default=0.02,
                         help="nbody_dask's step in ln a (a block's, with --timestep individual)")
     parser.add_argument("--timestep", choices=["global", "individual"], default="global",
@@ -163,7 +167,8 @@ def main() -> None:
         bodies = read_gadget(workdir / "ics.hdf5")  # the same file, as nbody_dask reads it
         start = time.perf_counter()
         traj = nbody_dask.simulate(bodies, dt=args.dlna, snapshot_redshifts=[1.0],
-                                   softening=args.softening * args.box / args.n_side,
+                                   softening=args.plummer_factor * args.softening
+                                   * args.box / args.n_side,
                                    dtype="float32", store=workdir / "nbody.zarr",
                                    overwrite=True, progress=False, cutoff=args.cutoff,
                                    theta=args.theta, mesh_size=args.mesh_size,
