@@ -140,6 +140,22 @@ def test_the_mesh_conserves_momentum_to_round_off():
     assert np.abs((m * forces).sum(axis=1)).max() < 1e-13 * (m * np.abs(forces)).sum()
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_interpolation_gives_each_body_the_same_bits_in_any_order(dtype):
+    """The interpolation takes the bodies by mesh plane (for the cache); a body's forces
+    and potential do not depend on the order or company it is given in."""
+    x, m = _uniform(3000, seed=5)
+    x, m = x.astype(dtype), m.astype(dtype)
+    solved = pm.long_range(pm.mesh_sum(24, dtype, pm.deposit(x, m, 1.0, 24, "tsc")), 1.0,
+                           0.1, True, "tsc")
+    whole = pm.interpolate(x, m, solved, 1.0, 0.1, "tsc")
+    shuffled = np.random.default_rng(1).permutation(3000)
+    np.testing.assert_array_equal(pm.interpolate(x[:, shuffled], m[shuffled], solved, 1.0,
+                                                 0.1, "tsc"), whole[:, shuffled])
+    np.testing.assert_array_equal(pm.interpolate(x[:, :7], m[:7], solved, 1.0, 0.1, "tsc"),
+                                  whole[:, :7])
+
+
 def test_the_short_range_walk_equals_the_real_space_sum_when_it_opens_every_cell():
     x, m = _uniform(1500)
     split = 0.04  # the cutoff (0.499) leaves out terms below exp(-38)
