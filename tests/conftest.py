@@ -94,7 +94,9 @@ def _moto_server():
     # The first 3 requests go unauthenticated (they create the user, its key and its
     # policy); every later request must carry that key.
     env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="3")
-    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
+    # moto's server with its conditional writes atomic, as S3's are (tests/moto_server.py)
+    server_script = os.path.join(os.path.dirname(__file__), "moto_server.py")
+    process = subprocess.Popen([sys.executable, server_script, "-H", "127.0.0.1", "-p",
                                 str(port)], env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     try:
