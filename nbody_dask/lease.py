@@ -119,6 +119,8 @@ def _read(store: StoreLocation, generation: int) -> LeaseInfo | None:
         return LeaseInfo(**{**record, "generation": generation})
     except FileNotFoundError:
         return None
+    except TimeoutError:  # an endpoint that does not answer says nothing of the lease
+        raise
     except (OSError, ValueError, TypeError):  # being written: held, as of its mtime
         try:
             mtime = store.modified(name)

@@ -268,6 +268,30 @@ def test_lease_race_between_threads_on_s3_breaks_nothing_in_50_trials(s3):
         _check_one_owner(location, outcome, leases)
 
 
+def test_a_lease_read_that_times_out_is_not_another_runs_lease(tmp_path, monkeypatch):
+    """A read of the lease that times out (an endpoint that stopped answering) says nothing
+    of who holds the store: it raises, where it used to read as an unreadable lease of
+    another run (and a run on a paused endpoint said its lease was taken over)."""
+    from nbody_dask.location import store_location
+
+    location = store_location(tmp_path / "held.zarr")
+    location.path.mkdir()
+    held = lease.WriterLease(location)
+    held.acquire()
+    try:
+        assert lease.holds(location, held.run_id, max_age=0)
+
+        def no_answer(self, name):
+            raise TimeoutError("no answer")
+
+        monkeypatch.setattr(type(location), "read_bytes", no_answer)
+        with pytest.raises(TimeoutError):
+            lease.holds(location, held.run_id, max_age=0)
+    finally:
+        monkeypatch.undo()
+        held.release()
+
+
 def test_store_layout_refuses_to_clear_a_store_another_run_holds(tmp_path):
     """create_store's guard: a run that does not hold the newest lease clears nothing."""
     from nbody_dask.location import store_location
