@@ -18,23 +18,39 @@ from distributed import Client
 
 from . import config
 from .accuracy import ForceErrors, force_errors
+from ._validate import check_int
 from .arguments import RunArguments, check_on_cluster, with_bodies_box
 from .bodies import as_bodies, is_lazy, lazy_bodies, resolve_dtype, wrap_positions
 from .clusters import client_context
 from .driver import run_token, settle, submit_pieces, tiles_on_cluster
 from .graph import body_order, initial_pieces, snapshot_graph
+from .plan import Plan
 
-__all__ = ["accelerations", "potential_energy", "force_accuracy", "evaluate_once"]
+__all__ = ["accelerations", "potential_energy", "force_accuracy", "evaluate_once",
+           "evaluate_plan", "evaluation_plan"]
+
+
+def evaluation_plan(bodies: Any, args: RunArguments) -> tuple[xr.Dataset, Plan]:
+    """A body set as a Dataset (Dask-backed for a lazy one) and the plan of one force
+    evaluation of it: the bodies' periodic box where ``args`` gives none, quantities in the
+    bodies' code units."""
+    ds = lazy_bodies(bodies) if is_lazy(bodies) else as_bodies(bodies)
+    args = with_bodies_box(args, ds.attrs, cosmology=False).in_code_units(ds.attrs)
+    return ds, args.plan(ds.sizes["body"])
 
 
 def evaluate_once(bodies: Any, args: RunArguments, client: Client | None,
                   with_potential: bool) -> Any:
     """Evaluate forces once on the cluster: the accelerations (n, 3) in body order, or
     (``with_potential``) the diagnostics vector."""
-    lazy = is_lazy(bodies)
-    ds = lazy_bodies(bodies) if lazy else as_bodies(bodies)
-    args = with_bodies_box(args, ds.attrs, cosmology=False).in_code_units(ds.attrs)
-    plan = args.plan(ds.sizes["body"])
+    ds, plan = evaluation_plan(bodies, args)
+    return evaluate_plan(ds, plan, client, with_potential)
+
+
+def evaluate_plan(ds: xr.Dataset, plan: Plan, client: Client | None,
+                  with_potential: bool) -> Any:
+    """:func:`evaluate_once` of a body set and plan from :func:`evaluation_plan`."""
+    lazy = is_lazy(ds)
     if not lazy:  # a lazy set is checked by its cluster, below
         ds = check_on_cluster(ds, plan)
     with client_context(client) as c:
@@ -158,15 +174,16 @@ def force_accuracy(bodies: Any, softening: float = 0.0, *, G: float = 1.0,
     >>> print(force_accuracy(nbody_dask.plummer(65536), method="tree"))  # doctest: +SKIP
     relative force error over 1000 targets: median 9.9e-05, p99 5.6e-04, max 1.4e-03
     """
-    acc = accelerations(bodies, softening, G=G, method=method, theta=theta,
-                        leaf_size=leaf_size, dtype=dtype, tile_size=tile_size,
+    args = RunArguments(steps=0, dt=1.0, softening=softening, G=G, dtype=dtype,
+                        tile_size=tile_size, method=method, theta=theta, leaf_size=leaf_size,
                         box_size=box_size, mesh_size=mesh_size, mesh_slabs=mesh_slabs,
-                        split=split, cutoff=cutoff, client=client)
-    if box_size is None:  # as accelerations() reads it: the bodies' box, else the setting
-        box_size = (lazy_bodies(bodies) if is_lazy(bodies) else as_bodies(bodies)).attrs.get(
-            "box_size")
-    box = config.get("box-size", box_size)
-    if box is not None:  # the positions as the run saw them, inside the box
-        bodies = wrap_positions(as_bodies(bodies), box)
-    return force_errors(bodies, acc, softening=softening, G=G, sample=sample, seed=seed,
-                        box_size=box)
+                        split=split, cutoff=cutoff)
+    sample = check_int("sample", sample, 1)  # before the evaluation, as every parameter
+    seed = check_int("seed", seed, 0)
+    ds, plan = evaluation_plan(bodies, args)
+    acc = evaluate_plan(ds, plan, client, with_potential=False)
+    # the reference sees what the evaluation saw: the plan's softening, G and box (given,
+    # the bodies', the configuration's; in code units), the positions inside the box
+    return force_errors(wrap_positions(as_bodies(ds), plan.box_size), acc,
+                        softening=plan.softening, G=plan.G, sample=sample, seed=seed,
+                        box_size=plan.box_size)

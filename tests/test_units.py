@@ -115,3 +115,16 @@ def test_resume_takes_the_same_quantities(tmp_path, client):
         nbody_dask.simulate(store=store, resume=True, dt=0.2 * u.Myr, client=client)
     with pytest.raises(ValueError, match=r"dt=<Quantity 1\. m> must be a time"):
         nbody_dask.simulate(store=store, resume=True, dt=1 * u.m, client=client)
+
+
+def test_force_accuracy_takes_quantities_as_accelerations_does(client):
+    # the reference sum uses the evaluation's softening in code units, so a method that is
+    # exact measures as exact; a softening left in kpc (or refused) would not
+    pos, vel, mass = _galaxy_bodies(seed=2)
+    bodies = nbody_dask.make_bodies(pos, vel, mass)
+    errors = nbody_dask.force_accuracy(bodies, softening=0.5 * u.kpc, method="direct",
+                                       dtype="float64", client=client)
+    assert errors.median < 1e-12 and errors.max < 1e-10
+    other = nbody_dask.force_accuracy(bodies, softening=500 * u.pc, method="direct",
+                                      dtype="float64", client=client)
+    assert other.median == pytest.approx(errors.median, abs=1e-14)
