@@ -77,12 +77,16 @@ InitialConditions:
 """
 
 
-def run_swift(swift: str, workdir: Path, ics_a: float, args) -> dict:
+def run_swift(swift: str, workdir: Path, ics_a: float, args,
+              redshifts: tuple = (1.0, 0.0)) -> dict:
+    """Run SWIFT in ``workdir`` on its ``ics.hdf5`` to z = 0, with snapshots at
+    ``redshifts``; its wall time, steps and snapshot files."""
     from nbody_dask.cosmology import as_cosmology
 
     c = as_cosmology(COSMOLOGY)
     h = float(c.h)
-    (workdir / "outputs.txt").write_text("# Redshift\n1.0\n0.0\n")
+    (workdir / "outputs.txt").write_text(
+        "# Redshift\n" + "".join(f"{z}\n" for z in redshifts))
     (workdir / "params.yml").write_text(SWIFT_PARAMETERS.format(
         omega_cdm=c.Om0 - c.Ob0, omega_lambda=1 - c.Om0, omega_b=c.Ob0, h=h, a_begin=ics_a,
         dlna=args.swift_dt_max, softening=args.softening * args.box / args.n_side / h,
