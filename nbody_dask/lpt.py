@@ -137,7 +137,10 @@ def cosmological_ics(n_side: int, box_size: float, cosmology: Any = "Planck18", 
     psi1, psi2 = -d1 * disp1, d2 * disp2
     position = (psi1 + psi2).map_blocks(_place, n, box, dtype=np.float64)
     velocity = a * hubble * (f1 * psi1 + f2 * psi2)
-    mass = np.full(n**3, mean_density(cosmo) * box**3 / n**3)
+    # the masses as the positions are chunked, made where they are used: n^3 of them
+    # (8 GiB at 1024^3) never sit in this process
+    mass = da.full(n**3, mean_density(cosmo) * box**3 / n**3, dtype=np.float64,
+                   chunks=(position.chunks[0],))
     units = unit_system(cosmo)
     return xr.Dataset(
         {"position": (("body", "axis"), position),
