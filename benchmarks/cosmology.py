@@ -14,8 +14,16 @@ Sections (all by default):
     time of each run. The same run's ratio for every shell shows where the lattice's
     discreteness (modes off the grid's axes feel a weaker force than a fluid's) and
     nonlinearity take over.
+``scale``
+    The issue's scale check at ``--scale-n-side`` (512 by default): fixed-amplitude 2LPT ICs
+    of that many bodies a side generated as a Dask graph and written to a Zarr body set by
+    ``--workers`` worker processes of one thread each (``save_bodies``: chunk by chunk on
+    the workers), then ``power_spectrum`` of that store on a mesh of the same size; the
+    time of each and the peak resident memory of every worker and of this process
+    (sampled every 0.2 s), the largest sum over all of them at one instant included.
 
     python benchmarks/cosmology.py --json benchmarks/results/<name>.json
+    python benchmarks/cosmology.py --sections scale --scale-n-side 512 --store /tmp/ics.zarr
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ import nbody_dask
 from nbody_dask.cosmology import Background, linear_power
 from nbody_dask.testing import grid_shell_average
 
-SECTIONS = ("ics", "growth")
+SECTIONS = ("ics", "growth", "scale")
 
 
 def ics_section(args) -> dict:
@@ -96,6 +104,88 @@ def growth_section(args) -> dict:
             "worst_linear": float(np.abs(ratios[:, linear] - 1).max())}
 
 
+class MemorySampler:
+    """The peak resident set size of some processes, each and summed at one instant,
+    sampled every 0.2 s on a thread while in a ``with`` block."""
+
+    def __init__(self, processes: dict) -> None:
+        import threading
+
+        self.processes = processes
+        self.peak = {name: 0 for name in processes}
+        self.peak_total = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        rss = {name: p.memory_info().rss for name, p in self.processes.items()}
+        for name, value in rss.items():
+            self.peak[name] = max(self.peak[name], value)
+        self.peak_total = max(self.peak_total, sum(rss.values()))
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self._sample()
+
+    def __enter__(self) -> MemorySampler:
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def report(self) -> dict:
+        gib = 2.0**30
+        return {"peak_gib": {name: v / gib for name, v in self.peak.items()},
+                "peak_total_gib": self.peak_total / gib}
+
+
+def scale_section(args) -> dict:
+    import psutil
+    import xarray as xr
+    from distributed import Client, LocalCluster
+
+    from nbody_dask.bodyfiles import save_bodies
+
+    n = args.scale_n_side
+    box = args.box * n / args.n_side  # the same spacing as the other sections
+    store = args.store or f"ics-{n}.zarr"
+    with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        pids = client.run(os.getpid)
+        processes = {f"worker {i}": psutil.Process(pid)
+                     for i, pid in enumerate(pids.values())}
+        processes["driver"] = psutil.Process()
+        row = {"section": "scale", "n_side": n, "box": box, "workers": args.workers,
+               "threads_per_worker": 1}
+        with MemorySampler(processes) as ics_memory:
+            start = time.perf_counter()
+            ics = nbody_dask.cosmological_ics(n, box, "Planck18", z_start=49, seed=args.seed,
+                                              fixed_amplitude=True)
+            save_bodies(ics, store, overwrite=True)
+            row["ics_seconds"] = time.perf_counter() - start
+        row["ics_memory"] = ics_memory.report()
+        row["ics_slabs"] = len(ics.position.chunks[0])
+        print(f"ICs {n}^3 written in {row['ics_seconds']:.1f} s; peak "
+              f"{row['ics_memory']['peak_total_gib']:.2f} GiB in all")
+        with MemorySampler(processes) as pk_memory:
+            start = time.perf_counter()
+            pk = nbody_dask.power_spectrum(xr.open_zarr(store), n, box_size=box)
+            row["power_seconds"] = time.perf_counter() - start
+        row["power_memory"] = pk_memory.report()
+        print(f"power_spectrum on {n}^3 in {row['power_seconds']:.1f} s; peak "
+              f"{row['power_memory']['peak_total_gib']:.2f} GiB in all")
+        d1 = Background("Planck18").growth(float(ics.time)).d1[0]
+        expected = grid_shell_average(linear_power("Planck18"), n, box, n) * d1**2
+        half = pk.k.values < 0.5 * math.pi * n / box
+        ratio = pk.power.values[half] / expected[: pk.sizes["k"]][half]
+        row["power_over_linear_below_half_nyquist"] = [float(ratio.min()), float(ratio.max())]
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-side", type=int, default=64)
@@ -107,13 +197,18 @@ def main() -> None:
     parser.add_argument("--cutoff", type=float, default=None, help="TreePM cutoff (r_s)")
     parser.add_argument("--theta", type=float, default=None, help="TreePM opening angle")
     parser.add_argument("--k-linear", type=float, default=0.04, help="h/Mpc")
-    parser.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
+    parser.add_argument("--scale-n-side", type=int, default=512)
+    parser.add_argument("--workers", type=int, default=2, help="scale: worker processes")
+    parser.add_argument("--store", default=None,
+                        help="scale: the Zarr body set written (ics-N.zarr here by default)")
+    parser.add_argument("--sections", nargs="+", default=["ics", "growth"], choices=SECTIONS)
     parser.add_argument("--json", dest="json_path")
     args = parser.parse_args()
     out = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
            "date": time.strftime("%Y-%m-%d"), "results": []}
     for section in args.sections:
-        out["results"].append({"ics": ics_section, "growth": growth_section}[section](args))
+        out["results"].append({"ics": ics_section, "growth": growth_section,
+                               "scale": scale_section}[section](args))
     if args.json_path:
         with open(args.json_path, "w") as f:
             json.dump(out, f, indent=1)

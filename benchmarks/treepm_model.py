@@ -22,6 +22,24 @@ A step costs
 - t_latency = waves L, L = 5.2 ms (docs/scaling.md), 16 dependent rounds a step;
 - t_halo = bytes / bandwidth: the neighbour tiles' trees a node fetches once a step (its
   tiles a cube of tiles; the shell one tile deep around it, 16 bytes a body).
+
+With ``--cosmology-scale FILE`` (``benchmarks/cosmology.py --sections scale``'s results: 2LPT
+ICs of n^3 bodies written to Zarr, and ``power_spectrum`` of them on an n^3 mesh, each timed
+on this machine's cores) it also projects those two to ``--n-side`` and twice it on 16 and
+64 nodes:
+
+    t = T_measured cores (N / n)^3 [log2 N^3 / log2 n^3] / (nodes cores) + t_transpose
+
+the measured core-seconds scaled by the points and the FFTs' log (an upper bound for the
+per-body parts), spread over all cores, plus the transposes that the measurement made in
+memory and a cluster makes across its network: the ICs' 14 distributed transforms (the
+noise's, 3 first-order displacements, 6 second derivatives, the second-order source's, 3
+second-order displacements) and the spectrum's 2 (a mesh and its interlaced twin), each
+moving a complex128 half-spectrum (8 bytes a point) once, ``(1 - 1/nodes) / nodes`` of it a
+node, at 100 Gb/s; and the scheduler's 472 us a task: the IC graph has 190 tasks a slab
+(counted in its graph at 128^3 with 4 to 128 slabs: 1,088 to 24,092), the spectrum about
+12 (2 deposits, 2 slab sums and 2 x 4 FFT tasks), slabs of 4,194,304 points. Writing the
+bodies (56 bytes each) is in the measured time, at this machine's local disk.
 """
 
 from __future__ import annotations
@@ -79,12 +97,43 @@ def project(c: dict, box: str, n_side: int, nodes: int, cores: int, layout: str)
                 dominant=max(terms, key=terms.get))
 
 
+IC_TRANSFORMS = 14  # distributed FFTs in cosmological_ics's graph (the docstring)
+POWER_TRANSFORMS = 2  # power_spectrum: the mesh and its interlaced twin
+IC_TASKS_A_SLAB = 190  # counted in the IC graph
+POWER_TASKS_A_SLAB = 12  # from the spectrum's graph structure
+SLAB_POINTS = 1 << 22  # points a slab (nbody_dask.lpt and power)
+
+
+def project_cosmology(scale: dict, n_side: int, nodes: int, cores: int) -> dict:
+    """The ICs' and the spectrum's projected wall time for ``n_side^3`` bodies (a mesh of
+    ``n_side^3`` for the spectrum) from ``scale``, a row of ``cosmology.py``'s scale
+    section measured on ``scale_cores`` cores (module docstring)."""
+    n0, measured_cores = scale["n_side"], scale["cores"]
+    grow = (n_side / n0) ** 3 * math.log2(n_side**3) / math.log2(n0**3)
+    all_cores = nodes * cores
+    share = (1 - 1 / nodes) / nodes
+    slabs = min(n_side, -(-n_side**3 // SLAB_POINTS))
+    out = dict(n_side=n_side, nodes=nodes, cores=cores, slabs=slabs)
+    for name, seconds, transforms, tasks in (
+            ("ics", scale["ics_seconds"], IC_TRANSFORMS, IC_TASKS_A_SLAB * slabs),
+            ("power", scale["power_seconds"], POWER_TRANSFORMS, POWER_TASKS_A_SLAB * slabs)):
+        compute = seconds * measured_cores * grow / all_cores
+        transpose = transforms * 8 * n_side**3 * share / BANDWIDTH
+        scheduler = S_TASK * tasks
+        out[name] = dict(compute=compute, transpose=transpose, tasks=tasks,
+                         scheduler=scheduler, total=compute + transpose + scheduler)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("periodic")
     parser.add_argument("meshfft")
     parser.add_argument("--n-side", type=int, default=1024)
     parser.add_argument("--cores", type=int, default=64)
+    parser.add_argument("--cosmology-scale", default=None,
+                        help="benchmarks/cosmology.py's scale results: project the ICs and "
+                             "the spectrum too")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     with open(args.periodic) as f:
@@ -104,9 +153,28 @@ def main() -> None:
     for r in rows:
         print(f"| {r['box']} | {r['layout']} | {r['nodes']} | {r['tiles']} | {r['tasks']:,} | "
               + " | ".join(f"{r[k]:.3g}" for k in keys) + f" | {r['dominant']} |")
+    cosmology_rows = []
+    if args.cosmology_scale:
+        with open(args.cosmology_scale) as f:
+            measured = json.load(f)
+        scale = next(r for r in measured["results"] if r["section"] == "scale")
+        scale = {**scale, "cores": measured["cores"]}
+        print(f"\nfrom {scale['n_side']}^3 on {scale['cores']} cores: ICs "
+              f"{scale['ics_seconds']:.1f} s, power spectrum {scale['power_seconds']:.1f} s")
+        parts = ("compute", "transpose", "scheduler", "total")
+        print("| bodies | nodes | ICs: compute | transposes | scheduler | total | spectrum: "
+              "compute | transposes | scheduler | total |")
+        print("|---" * 10 + "|")
+        for n_side in (args.n_side, 2 * args.n_side):
+            for nodes in (16, 64):
+                r = project_cosmology(scale, n_side, nodes, args.cores)
+                cosmology_rows.append(r)
+                print(f"| {n_side}^3 | {nodes} | " + " | ".join(
+                    f"{r[part][k]:.3g}" for part in ("ics", "power")
+                    for k in parts) + " |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(constants=c, rows=rows), f, indent=1)
+            json.dump(dict(constants=c, rows=rows, cosmology=cosmology_rows), f, indent=1)
 
 
 if __name__ == "__main__":

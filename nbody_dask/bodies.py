@@ -295,6 +295,8 @@ def _check_ids(ids: Any, n: int) -> np.ndarray:
         raise ValueError(f"body ids must have shape ({n},), got {ids.shape}")
     if ids.dtype.kind not in "iu":
         raise TypeError(f"body ids must be integers, got dtype {ids.dtype}")
+    if n < 2 or (ids[1:] > ids[:-1]).all():  # ascending (as generated ICs are): no sort,
+        return ids                             # which would hold 4 copies of the ids
     unique, counts = np.unique(ids, return_counts=True)
     if (counts > 1).any():
         repeated = unique[counts > 1][:5].tolist()
