@@ -200,15 +200,20 @@ def lazy_bodies(bodies: xr.Dataset) -> xr.Dataset:
             for name in ("position", "velocity", "mass")}
     _check_shapes(data["position"], data["velocity"], data["mass"])
     n = data["position"].shape[0]
-    ids = np.arange(n) if "body" not in bodies.coords else _check_ids(bodies["body"].values, n)
-    coords: dict[str, Any] = {"body": ids, "axis": list(AXES)}
+    coords: dict[str, Any] = {"axis": list(AXES)}
     if "time" in bodies.coords and bodies["time"].ndim == 0:
         coords["time"] = bodies["time"].item()
-    return xr.Dataset(
+    ds = xr.Dataset(
         {"position": (("body", "axis"), data["position"]),
          "velocity": (("body", "axis"), data["velocity"]),
          "mass": ("body", data["mass"])},
         coords=coords, attrs=dict(bodies.attrs))
+    if "body" not in bodies.coords:
+        return ds.assign_coords(body=np.arange(n))
+    _check_ids(bodies["body"].values, n)
+    # the ids' own variable: a new coordinate from their values would copy them (8 bytes a
+    # body, in the driver)
+    return ds.assign_coords(body=bodies["body"].variable)
 
 
 def check_values(ds: xr.Dataset, summary: BodySummary | None = None) -> None:
@@ -346,12 +351,14 @@ def wrap_positions(ds: xr.Dataset, box: float | None) -> xr.Dataset:
         return ds
     if ds["position"].chunks is not None:  # lazy: wrapped where the blocks are computed
         return ds.assign(position=ds["position"].copy(
+            deep=False,  # a deep copy would copy the body ids, 8 bytes a body
             data=ds["position"].data.map_blocks(wrap, box, dtype=ds["position"].dtype)))
     position = ds["position"].values.astype(np.float64)
     wrapped = wrap(position, box)
     if np.array_equal(wrapped, position):
         return ds
-    return ds.assign(position=ds["position"].copy(data=wrapped.astype(ds["position"].dtype)))
+    return ds.assign(position=ds["position"].copy(deep=False,
+                                                  data=wrapped.astype(ds["position"].dtype)))
 
 
 def check_fits_dtype(ds: xr.Dataset, dtype: Any, summary: BodySummary | None = None,

@@ -138,7 +138,7 @@ def _lazy_bodies(bodies: xr.Dataset) -> xr.Dataset:
     (:func:`~nbody_dask.bodies.lazy_bodies`); its values are checked chunk by chunk as they
     are computed."""
     ds = lazy_bodies(bodies)
-    ds = ds.assign({name: ds[name].copy(data=ds[name].data.map_blocks(
+    ds = ds.assign({name: ds[name].copy(deep=False, data=ds[name].data.map_blocks(
         _finite, name, dtype=np.float64)) for name in ("position", "velocity", "mass")})
     return ds.assign_coords(axis=np.array(["x", "y", "z"], dtype=object))
 

@@ -510,7 +510,7 @@ def open_trajectory(store: Store, storage_options: Mapping[str, Any] | None = No
     for name in ("position", "velocity", "mass", *_SCALARS, *_VECTORS,
                  *[name for name in (_ERRORS, _BINS, _EVALUATIONS) if name in ds]):
         reader = _CheckedReader(location, name, committed if name != "mass" else None)
-        ds[name] = ds[name].copy(data=da.from_array(
+        ds[name] = ds[name].copy(deep=False, data=da.from_array(
             reader, chunks=ds[name].data.chunks, name=f"nbody-read-{name}-{tokenize(reader)}"))
     return ds
 
