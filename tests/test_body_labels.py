@@ -61,6 +61,15 @@ def test_bad_body_ids_are_refused(body, error, match):
         nbody_dask.make_bodies(POS, body=list(body))
 
 
+def test_ids_are_checked_whether_ascending_or_not():
+    three = np.zeros((3, 3))
+    for ids in ([2, 5, 9], [9, 2, 5]):  # ascending ids are checked without a sort
+        assert nbody_dask.make_bodies(three, body=ids).body.values.tolist() == ids
+    for ids in ([2, 5, 5], [5, 2, 5]):
+        with pytest.raises(ValueError, match=r"repeated: \[5\]"):
+            nbody_dask.make_bodies(three, body=ids)
+
+
 def test_body_ids_survive():
     ds = nbody_dask.make_bodies(POS, body=[10, 3])
     assert ds.body.values.tolist() == [10, 3]
