@@ -40,6 +40,7 @@ import numpy as np
 import nbody_dask
 from nbody_dask.cosmology import Background, linear_power
 from nbody_dask.testing import grid_shell_average
+from rss import PeakRSS
 
 SECTIONS = ("ics", "growth", "scale")
 
@@ -104,45 +105,6 @@ def growth_section(args) -> dict:
             "worst_linear": float(np.abs(ratios[:, linear] - 1).max())}
 
 
-class MemorySampler:
-    """The peak resident set size of some processes, each and summed at one instant,
-    sampled every 0.2 s on a thread while in a ``with`` block."""
-
-    def __init__(self, processes: dict) -> None:
-        import threading
-
-        self.processes = processes
-        self.peak = {name: 0 for name in processes}
-        self.peak_total = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _sample(self) -> None:
-        rss = {name: p.memory_info().rss for name, p in self.processes.items()}
-        for name, value in rss.items():
-            self.peak[name] = max(self.peak[name], value)
-        self.peak_total = max(self.peak_total, sum(rss.values()))
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.2):
-            self._sample()
-
-    def __enter__(self) -> MemorySampler:
-        self._sample()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._sample()
-
-    def report(self) -> dict:
-        gib = 2.0**30
-        return {"peak_gib": {name: v / gib for name, v in self.peak.items()},
-                "peak_total_gib": self.peak_total / gib}
-
-
 def scale_section(args) -> dict:
     import psutil
     import xarray as xr
@@ -161,7 +123,7 @@ def scale_section(args) -> dict:
         processes["driver"] = psutil.Process()
         row = {"section": "scale", "n_side": n, "box": box, "workers": args.workers,
                "threads_per_worker": 1}
-        with MemorySampler(processes) as ics_memory:
+        with PeakRSS(processes) as ics_memory:
             start = time.perf_counter()
             ics = nbody_dask.cosmological_ics(n, box, "Planck18", z_start=49, seed=args.seed,
                                               fixed_amplitude=True)
@@ -171,7 +133,7 @@ def scale_section(args) -> dict:
         row["ics_slabs"] = len(ics.position.chunks[0])
         print(f"ICs {n}^3 written in {row['ics_seconds']:.1f} s; peak "
               f"{row['ics_memory']['peak_total_gib']:.2f} GiB in all")
-        with MemorySampler(processes) as pk_memory:
+        with PeakRSS(processes) as pk_memory:
             start = time.perf_counter()
             pk = nbody_dask.power_spectrum(xr.open_zarr(store), n, box_size=box)
             row["power_seconds"] = time.perf_counter() - start

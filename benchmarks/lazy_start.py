@@ -16,7 +16,6 @@ import argparse
 import json
 import platform
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import numpy as np
 import psutil
 import xarray as xr
 from distributed import Client, LocalCluster
+from rss import PeakRSS
 
 
 def _bodies(n: int, chunk: int) -> xr.Dataset:
@@ -36,27 +36,6 @@ def _bodies(n: int, chunk: int) -> xr.Dataset:
     return xr.Dataset({"position": (("body", "axis"), position),
                        "velocity": (("body", "axis"), velocity),
                        "mass": ("body", mass)}, coords={"axis": ["x", "y", "z"]})
-
-
-class _Peak:
-    """This process's peak RSS above its level at the start, sampled every 0.05 s."""
-
-    def __enter__(self):
-        self.process = psutil.Process()
-        self.base = self.peak = self.process.memory_info().rss
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._sample, daemon=True)
-        self.thread.start()
-        return self
-
-    def _sample(self) -> None:
-        while not self.done.wait(0.05):
-            self.peak = max(self.peak, self.process.memory_info().rss)
-
-    def __exit__(self, *exc):
-        self.done.set()
-        self.thread.join()
-        self.mib = (self.peak - self.base) / 2**20
 
 
 def main() -> None:
@@ -83,7 +62,7 @@ def main() -> None:
                             **{**kw, "steps": 1})  # compile the kernels on the workers
         runs = {}
         for name in ("lazy", "memory"):
-            with _Peak() as peak:
+            with PeakRSS({"driver": psutil.Process()}, interval=0.05) as peak:
                 t0 = time.perf_counter()
                 bodies = _bodies(args.n, chunk)
                 if name == "memory":
@@ -93,8 +72,9 @@ def main() -> None:
                 seconds = time.perf_counter() - t0
                 del bodies
             runs[name] = traj
-            out[name] = {"driver_peak_mib": round(peak.mib, 1), "seconds": round(seconds, 1)}
-            print(f"{name:>6}: driver peak +{peak.mib:8.1f} MiB, {seconds:6.1f} s", flush=True)
+            mib = (peak.peak["driver"] - peak.base["driver"]) / 2**20
+            out[name] = {"driver_peak_mib": round(mib, 1), "seconds": round(seconds, 1)}
+            print(f"{name:>6}: driver peak +{mib:8.1f} MiB, {seconds:6.1f} s", flush=True)
         same = all(np.array_equal(runs["lazy"][v].values, runs["memory"][v].values)
                    for v in ("position", "velocity"))
         out["bit_identical"] = same

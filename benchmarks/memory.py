@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import resource
-import threading
 import time
 
 import numpy as np
@@ -27,6 +26,7 @@ from distributed import Client
 
 import nbody_dask
 from nbody_dask.clusters import local
+from rss import PeakRSS
 
 
 def main() -> None:
@@ -79,24 +79,14 @@ def main() -> None:
             Client(cluster) as client:
         pids = client.run(lambda: psutil.Process().pid)
         procs = {addr: psutil.Process(pid) for addr, pid in pids.items()}
-        peak = {addr: p.memory_info().rss for addr, p in procs.items()}
-        done = threading.Event()
-
-        def sample() -> None:
-            while not done.wait(0.2):
-                for addr, p in procs.items():
-                    peak[addr] = max(peak[addr], p.memory_info().rss)
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        t0 = time.perf_counter()
-        acc = nbody_dask.accelerations(bodies, 0.01 if not periodic else 0.0,
-                                       dtype=args.dtype, client=client, method=args.method,
-                                       tile_size=args.tile_size, layout=args.layout,
-                                       **periodic)
-        seconds = time.perf_counter() - t0
-        done.set()
-        sampler.join()
+        with PeakRSS(procs) as sampled:
+            t0 = time.perf_counter()
+            acc = nbody_dask.accelerations(bodies, 0.01 if not periodic else 0.0,
+                                           dtype=args.dtype, client=client,
+                                           method=args.method, tile_size=args.tile_size,
+                                           layout=args.layout, **periodic)
+            seconds = time.perf_counter() - t0
+        peak = sampled.peak
     rate = f"{args.n**2 / seconds / 1e9:.2f} Gint/s; " if args.method == "direct" else ""
     print(f"N = {args.n:,}, {args.method}, {args.workers} workers, {args.dtype}: "
           f"{seconds:.1f} s, {rate}accelerations {acc.shape}")
