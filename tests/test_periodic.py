@@ -12,14 +12,14 @@ import pytest
 import xarray as xr
 from distributed import Client, LocalCluster
 from numba import njit
-from scipy.special import erfc, k0
+from scipy.special import erf, erfc, k0
 
 import nbody_dask
 from nbody_dask.kernels import ewald, octree, pm
 from nbody_dask.kernels.ewald import ewald_forces
 from nbody_dask.kernels.law import (FAST_SPLIT_ERROR, POLYNOMIAL_CUTOFF, POLYNOMIAL_SPLIT_ERROR,
-                                    fast_short_range, polynomial_short_range,
-                                    short_range_constants, short_range_polynomials)
+                                    fast_short_range, long_range_polynomials,
+                                    polynomial_long_range, short_range_constants)
 from nbody_dask.kernels.shortrange import short_walk
 from nbody_dask.plan import Plan, auto_mesh_size, auto_mesh_slabs, resolve_method
 
@@ -242,29 +242,36 @@ def test_the_vectorised_split_factors_equal_the_exact_ones(dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("cutoff", [0.5, 2.0, 4.5, POLYNOMIAL_CUTOFF])
-def test_the_pairs_polynomial_split_factors_equal_the_exact_ones(dtype, cutoff):
+@pytest.mark.parametrize("cutoff", [0.5, 2.0, 4.5, 5.0, POLYNOMIAL_CUTOFF])
+def test_the_pairs_polynomial_long_range_law_equals_the_exact_one(dtype, cutoff):
+    """The pairs' law is Newton's less the long range, ``(1 - g) / r^3`` and
+    ``erf(r / 2r_s) / r`` as polynomials in ``r^2``: within POLYNOMIAL_SPLIT_ERROR of
+    Newton's force and potential at every separation up to the cutoff."""
     @njit
-    def factors(r, poly, one):
-        out = np.empty((2, r.shape[0]), dtype=r.dtype)
-        for i in range(r.shape[0]):
-            out[0, i], out[1, i] = polynomial_short_range(r[i], poly, one)
+    def terms(r2, poly, one):
+        out = np.empty((2, r2.shape[0]), dtype=r2.dtype)
+        for i in range(r2.shape[0]):
+            out[0, i], out[1, i] = polynomial_long_range(r2[i], poly, one)
         return out
 
     split = 0.7
-    r = np.linspace(0, cutoff * split, 100_001).astype(dtype)
-    poly = short_range_polynomials(split, cutoff * split, dtype)
-    fast = factors(r, poly, np.dtype(dtype).type(1))
-    u = r.astype(np.float64) / (2 * split)
-    exact_e = erfc(u)
-    exact_g = exact_e + 2 / math.sqrt(math.pi) * u * np.exp(-u * u)
-    assert np.abs(fast[0] - exact_g).max() <= POLYNOMIAL_SPLIT_ERROR[dtype]
-    assert np.abs(fast[1] - exact_e).max() <= POLYNOMIAL_SPLIT_ERROR[dtype]
-    # beyond the cutoff: the factors at the cutoff, finite (the pairs' mass is zero there)
-    beyond = factors(np.array([2 * cutoff * split, 1e30], dtype=dtype), poly,
-                     np.dtype(dtype).type(1))
+    r = np.linspace(0, cutoff * split, 100_001)
+    poly = long_range_polynomials(split, cutoff * split, dtype)
+    fast = terms((r * r).astype(dtype), poly, np.dtype(dtype).type(1)).astype(np.float64)
+    u = r / (2 * split)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        exact_force = np.where(r > 0, (erf(u) - 2 / math.sqrt(math.pi) * u * np.exp(-u * u))
+                               / r**3, 1 / (6 * math.sqrt(math.pi) * split**3))
+        exact_potential = np.where(r > 0, erf(u) / r, 1 / (math.sqrt(math.pi) * split))
+    assert (np.abs(fast[0] - exact_force) * r**3).max() <= POLYNOMIAL_SPLIT_ERROR[dtype]
+    assert (np.abs(fast[1] - exact_potential) * r).max() <= POLYNOMIAL_SPLIT_ERROR[dtype]
+    # within the cutoff the short-range force m (1 / r^3 - lf) r keeps its sign
+    assert (fast[0][1:] * r[1:]**3 <= 1 + POLYNOMIAL_SPLIT_ERROR[dtype]).all()
+    # beyond the cutoff: the terms at the cutoff, finite (the pairs' mass is zero there)
+    beyond = terms(np.array([(2 * cutoff * split) ** 2, 1e30], dtype=dtype), poly,
+                   np.dtype(dtype).type(1))
     assert np.isfinite(beyond).all()
-    assert np.allclose(beyond[:, 0], fast[:, -1], rtol=0, atol=POLYNOMIAL_SPLIT_ERROR[dtype])
+    assert np.allclose(beyond[:, 0], fast[:, -1], rtol=1e-6, atol=0)
 
 
 # -- TreePM through the API ------------------------------------------------------------------

@@ -92,11 +92,11 @@ def _inverse_distance(dtype_name: str):
 
 @functools.cache
 def _short_range_factors():
-    """TreePM's short-range factors, :func:`nbody_dask.kernels.law.polynomial_short_range`'s
-    and :func:`~nbody_dask.kernels.law.fast_short_range`'s own sources as inlined device
+    """TreePM's pair law, :func:`nbody_dask.kernels.law.polynomial_long_range`'s and
+    :func:`~nbody_dask.kernels.law.fast_short_range`'s own sources as inlined device
     functions (arithmetic only: the same on every target)."""
     jit = cuda.jit(device=True, inline=True, fastmath=True)
-    return jit(law.polynomial_short_range.py_func), jit(law.fast_short_range.py_func)
+    return jit(law.polynomial_long_range.py_func), jit(law.fast_short_range.py_func)
 
 
 @functools.cache
@@ -109,15 +109,15 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int,
     source staged in shared memory is read once for ``per_thread`` interactions.
     ``with_potential`` is a compile-time constant: the acceleration-only kernel does no
     potential arithmetic. With ``short`` (also compile-time), TreePM's short range
-    (:func:`short_pair_forces`): each pair at its minimum image in the periodic box, the
-    force and potential multiplied by the split factors, pairs beyond the cutoff or at
-    ``r = 0`` dropped; ``constants`` is then
+    (:func:`short_pair_forces`): each pair at its minimum image in the periodic box, with
+    the CPU pairs' law (Newton's less the long range, or Newton's times the split factors
+    beyond the polynomials' cutoff), pairs beyond the cutoff or at ``r = 0`` dropped; ``constants`` is then
     :func:`~nbody_dask.kernels.shortrange.walk_constants`, in the run's dtype (the pairs'
     polynomials where it has them, as on the CPU).
     """
     ftype = {"float32": float32, "float64": float64}[dtype_name]
     inverse_distance = _inverse_distance(dtype_name)
-    polynomial_factors, split_factors = _short_range_factors()
+    long_range_terms, split_factors = _short_range_factors()
 
     @cuda.jit(device=True, inline=True, fastmath=True)
     def nearest(d, box, half):
@@ -199,18 +199,20 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int,
                         dz = nearest(dz, box, half)
                         r2 = dx * dx + dy * dy + dz * dz
                         mass = mk if (r2 > zero) and (r2 <= cut2) else zero
-                        if polynomial:
-                            g, e = polynomial_factors(math.sqrt(r2), poly, one)
+                        inv = inverse_distance(dx, dy, dz, eps2, zero, one)
+                        if polynomial:  # Newton's less the long range
+                            lf, le = long_range_terms(r2, poly, one)
+                            s = mass * (inv * inv * inv - lf)
+                            e = mass * (inv - le)
                         else:
                             g, e, _ = split_factors(math.sqrt(r2), split, one)
-                        inv = inverse_distance(dx, dy, dz, eps2, zero, one)
-                        mi = mass * inv
-                        s = mi * g * inv * inv
+                            s = mass * g * inv * inv * inv
+                            e = mass * e * inv
                         cx[p] += s * dx
                         cy[p] += s * dy
                         cz[p] += s * dz
                         if with_potential:
-                            cphi[p] -= mi * e
+                            cphi[p] -= e
                         continue
                     inv = inverse_distance(dx, dy, dz, eps2, zero, one)
                     mi = mk * inv

@@ -27,8 +27,8 @@ import numpy as np
 from numba import njit
 
 __all__ = ["inverse_distance", "reciprocal_sqrt", "short_range", "fast_short_range",
-           "short_range_constants", "FAST_SPLIT_ERROR", "polynomial_short_range",
-           "short_range_polynomials", "POLYNOMIAL_DEGREE",
+           "short_range_constants", "FAST_SPLIT_ERROR", "polynomial_long_range",
+           "long_range_polynomials", "POLYNOMIAL_DEGREE",
            "POLYNOMIAL_CUTOFF", "POLYNOMIAL_SPLIT_ERROR", "compile_for", "FAST_MATH",
            "JIT_OPTIONS"]
 
@@ -132,67 +132,85 @@ def fast_short_range(r, law, one):
     return e + law[1] * u * q, e, q
 
 
-#: The degree of :func:`short_range_polynomials`.
-POLYNOMIAL_DEGREE = 16
+#: The degree of :func:`long_range_polynomials`.
+POLYNOMIAL_DEGREE = 13
 
-#: The largest cutoff, in units of ``r_s``, within which :func:`short_range_polynomials`
+#: The largest cutoff, in units of ``r_s``, within which :func:`long_range_polynomials`
 #: hold to :data:`POLYNOMIAL_SPLIT_ERROR` (the short-range force there is 4.2e-4 of
 #: Newton's; beyond it, :func:`fast_short_range`).
 POLYNOMIAL_CUTOFF = 6.0
 
-#: The largest difference of :func:`polynomial_short_range`'s factors from the exact ones
-#: (absolute) at cutoffs up to :data:`POLYNOMIAL_CUTOFF`, by dtype (tests/test_periodic.py):
-#: the interpolation's in float64, Horner's rule's rounding in float32.
-POLYNOMIAL_SPLIT_ERROR = {"float32": 5e-7, "float64": 5e-8}
+#: The largest error of :func:`polynomial_long_range`'s terms, relative to Newton's at the
+#: same separation (``|error| r^3`` for the force's, ``|error| r`` for the potential's), at
+#: cutoffs up to :data:`POLYNOMIAL_CUTOFF`, by dtype (tests/test_periodic.py): the
+#: interpolation's in float64, Horner's rule's rounding in float32.
+POLYNOMIAL_SPLIT_ERROR = {"float32": 1e-6, "float64": 1e-7}
 
 
-def short_range_polynomials(split: float, cutoff: float, dtype) -> np.ndarray:
-    """The short-range factors ``g`` and ``e`` (:func:`short_range`, ``r_s = split``) for
-    ``0 <= r <= cutoff`` as polynomials of degree :data:`POLYNOMIAL_DEGREE` in ``x = 2 r /
-    cutoff - 1``, in ``dtype``: ``2 / cutoff``, then the coefficients of ``g`` and of ``e``
-    from the constant term up. They interpolate the factors at the Chebyshev points of the
-    interval (computed in float64 by :func:`short_range`'s plain Python, the same on every
-    worker, once per ``split`` and ``cutoff`` in a process), within
+def long_range_polynomials(split: float, cutoff: float, dtype) -> np.ndarray:
+    """The long-range law, Newton's minus the short range (:func:`short_range`, ``r_s =
+    split``), for ``0 <= r <= cutoff`` as polynomials of degree :data:`POLYNOMIAL_DEGREE` in
+    ``x = 2 r^2 / cutoff^2 - 1``, in ``dtype``: ``2 / cutoff^2``, then the coefficients of
+    the force's ``(1 - g) / r^3`` and of the potential's ``(1 - e) / r = erf(r / 2r_s) / r``
+    from the constant term up. Both are smooth functions of ``r^2`` (series in ``r^2`` with
+    no singularity at 0), so a pair needs no square root for them. They interpolate the
+    exact terms at the Chebyshev points of the interval (in float64 by plain Python, the
+    same on every worker, once per ``split`` and ``cutoff`` in a process), within
     :data:`POLYNOMIAL_SPLIT_ERROR` for ``cutoff <= POLYNOMIAL_CUTOFF * split``.
-    :func:`polynomial_short_range` evaluates them."""
+    :func:`polynomial_long_range` evaluates them."""
     return np.array(_polynomial_coefficients(float(split), float(cutoff)), dtype=dtype)
+
+
+def _long_range_terms(r: float, split: float) -> tuple[float, float]:
+    """``((1 - g) / r^3, erf(r / 2r_s) / r)`` in Python floats, by their series in ``r^2``
+    near 0 (no cancellation) and in closed form beyond."""
+    x = 0.5 * r / split
+    c = 2.0 / math.sqrt(math.pi)
+    if x < 0.5:
+        # 1 - g = c sum_{n>=1} (-1)^(n+1) 2n x^(2n+1) / (n! (2n+1)), and r^3 = 8 r_s^3 x^3
+        force = sum((-1) ** (n + 1) * 2 * n * x ** (2 * n - 2) / (math.factorial(n) * (2 * n + 1))
+                    for n in range(1, 16))
+        potential = sum((-1) ** n * x ** (2 * n) / (math.factorial(n) * (2 * n + 1))
+                        for n in range(16))
+        return c * force / (8.0 * split ** 3), c * potential / (2.0 * split)
+    force = (math.erf(x) - c * x * math.exp(-x * x)) / r ** 3
+    return force, math.erf(x) / r
 
 
 @functools.lru_cache(maxsize=64)
 def _polynomial_coefficients(split: float, cutoff: float) -> tuple[float, ...]:
-    """:func:`short_range_polynomials` in float64, as a tuple."""
+    """:func:`long_range_polynomials` in float64, as a tuple."""
     from numpy.polynomial import chebyshev
 
     n = POLYNOMIAL_DEGREE + 1
     nodes = [math.cos(math.pi * (k + 0.5) / n) for k in range(n)]
-    exact = short_range.py_func  # the law in Python floats (math.erfc, math.exp)
-    inv_2rs, two_over_sqrt_pi = 0.5 / split, 2.0 / math.sqrt(math.pi)
+    terms = [_long_range_terms(cutoff * math.sqrt((x + 1) / 2), split) for x in nodes]
     coefficients = []
     for factor in (0, 1):
-        values = [exact((x + 1) * cutoff / 2, inv_2rs, two_over_sqrt_pi)[factor]
-                  for x in nodes]
-        cheb = [2.0 / n * sum(v * math.cos(math.pi * j * (k + 0.5) / n)
-                              for k, v in enumerate(values)) for j in range(n)]
+        cheb = [2.0 / n * sum(t[factor] * math.cos(math.pi * j * (k + 0.5) / n)
+                              for k, t in enumerate(terms)) for j in range(n)]
         cheb[0] /= 2
         coefficients.extend(float(c) for c in chebyshev.cheb2poly(cheb))
-    return (2.0 / cutoff, *coefficients)
+    return (2.0 / (cutoff * cutoff), *coefficients)
 
 
 @njit(inline="always", **JIT_OPTIONS)
-def polynomial_short_range(r, poly, one):
-    """:func:`short_range`'s factors ``(g, e)`` at ``r`` from
-    :func:`short_range_polynomials` ``poly`` (in the dtype of ``one``): two polynomials by
-    Horner's rule, a multiply-add a degree. ``r`` beyond the cutoff is taken as the
-    cutoff. Cheaper than :func:`fast_short_range` (no division): the pair kernels' law."""
-    x = r * poly[0] - one
+def polynomial_long_range(r2, poly, one):
+    """The long-range law's terms at ``r^2`` from :func:`long_range_polynomials` ``poly``
+    (in the dtype of ``one``): ``(lf, le)`` such that a pair's short-range force is
+    ``m d (1 / s^3 - lf)`` and its potential ``-m (1 / s - le)``, ``s`` the softened
+    distance; two polynomials by Horner's rule, a multiply-add a degree, no square root and
+    no division. ``r^2`` beyond the cutoff's is taken as the cutoff's. The pair kernels'
+    law (Newton's softened, less the mesh's part, which is not softened)."""
+    x = r2 * poly[0] - one
     x = x if x < one else one
-    g = poly[POLYNOMIAL_DEGREE + 1]
+    lf = poly[POLYNOMIAL_DEGREE + 1]
     for k in range(POLYNOMIAL_DEGREE, 0, -1):
-        g = g * x + poly[k]
-    e = poly[2 * POLYNOMIAL_DEGREE + 2]
+        lf = lf * x + poly[k]
+    le = poly[2 * POLYNOMIAL_DEGREE + 2]
     for k in range(2 * POLYNOMIAL_DEGREE + 1, POLYNOMIAL_DEGREE + 1, -1):
-        e = e * x + poly[k]
-    return g, e
+        le = le * x + poly[k]
+    return lf, le
 
 
 def compile_for(jit: Callable, target_reciprocal_sqrt: Callable) -> Callable:

@@ -43,7 +43,7 @@ from numba import njit, prange
 
 from .law import JIT_OPTIONS as _JIT
 from .law import (POLYNOMIAL_CUTOFF, POLYNOMIAL_DEGREE, fast_short_range, inverse_distance,
-                  polynomial_short_range, short_range_constants, short_range_polynomials)
+                  long_range_polynomials, polynomial_long_range, short_range_constants)
 from .octree import TileTree
 from .stack import align_stack
 from .walk import group_sphere
@@ -123,16 +123,20 @@ def _p2p(tx, ty, tz, xs, ys, zs, ms, eps2, law, out, with_potential, polynomial)
 def _pair(dx, dy, dz, m, eps2, cut2, split, poly, zero, one, with_potential, polynomial):
     """One source's short-range terms on one target at separation ``d`` (the image to use):
     the force factor and the potential term (zero without ``with_potential``), zero beyond
-    the cutoff or at ``r = 0``. The factors come from
-    :func:`~nbody_dask.kernels.law.polynomial_short_range` (``poly``) with ``polynomial``,
-    else from :func:`~nbody_dask.kernels.law.fast_short_range` (``split``)."""
+    the cutoff or at ``r = 0``. With ``polynomial``, Newton's softened law less the
+    long-range part of :func:`~nbody_dask.kernels.law.polynomial_long_range` (``poly``; no
+    square root), else Newton's times the factors of
+    :func:`~nbody_dask.kernels.law.fast_short_range` (``split``)."""
     r2 = dx * dx + dy * dy + dz * dz
     mass = m if (r2 > zero) & (r2 <= cut2) else zero
+    # (the law before the inverse distance: called first, that kept this loop scalar)
     if polynomial:
-        g, e = polynomial_short_range(np.sqrt(r2), poly, one)
+        lf, le = polynomial_long_range(r2, poly, one)
     else:
         g, e, _ = fast_short_range(np.sqrt(r2), split, one)
     inv = inverse_distance(dx, dy, dz, eps2, zero, one)
+    if polynomial:
+        return mass * (inv * inv * inv - lf), (mass * (inv - le) if with_potential else zero)
     return mass * g * inv * inv * inv, (mass * e * inv if with_potential else zero)
 
 
@@ -528,7 +532,7 @@ def walk_constants(box: float, split: float, cutoff: float, dtype) -> np.ndarray
     where the cutoff is at most :data:`~nbody_dask.kernels.law.POLYNOMIAL_CUTOFF` ``r_s``
     (zeros beyond: the pairs then take the cells' law)."""
     if cutoff <= POLYNOMIAL_CUTOFF * split:
-        poly = short_range_polynomials(split, cutoff, dtype)
+        poly = long_range_polynomials(split, cutoff, dtype)
     else:
         poly = np.zeros(2 * POLYNOMIAL_DEGREE + 3, dtype=dtype)
     return np.concatenate([np.array([box, 1.0 / box, cutoff, split], dtype=dtype),
