@@ -111,9 +111,9 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int,
     potential arithmetic. With ``short`` (also compile-time), TreePM's short range
     (:func:`short_pair_forces`): each pair at its minimum image in the periodic box, with
     the CPU pairs' law (Newton's less the long range, or Newton's times the split factors
-    beyond the polynomials' cutoff), pairs beyond the cutoff or at ``r = 0`` dropped; ``constants`` is then
-    :func:`~nbody_dask.kernels.shortrange.walk_constants`, in the run's dtype (the pairs'
-    polynomials where it has them, as on the CPU).
+    beyond the polynomials' cutoff), pairs beyond the cutoff or at ``r = 0`` dropped;
+    ``constants`` is then :func:`~nbody_dask.kernels.shortrange.walk_constants`, in the
+    run's dtype (the pairs' polynomials where it has them, as on the CPU).
     """
     ftype = {"float32": float32, "float64": float64}[dtype_name]
     inverse_distance = _inverse_distance(dtype_name)
