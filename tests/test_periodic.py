@@ -178,15 +178,11 @@ def test_the_short_range_walk_equals_the_real_space_sum_when_it_opens_every_cell
     assert (np.abs(walked[3, :300] + own - reference[3]) <= bound * newton[1]).all()
 
 
-def test_the_short_range_walk_with_the_pairs_polynomials_equals_a_direct_sum():
-    """At the default cutoff (5 r_s, where the pairs take the polynomial factors) and
-    every cell opened, the walk is a sum over the pairs within the cutoff: against that
-    sum in float64 with scipy's erfc."""
-    x, m = _uniform(1500)
-    split, cutoff = 0.04, 0.2
-    tree = octree.build(x, m, 16)
-    walked = short_walk(tree, tree, 0.0, 1e-3, 1.0, split, cutoff, True)
-    t = x[:, :300]
+def _short_range_sum(x, m, n_targets, split, cutoff):
+    """The short-range forces (3, n_targets) and potentials on the first ``n_targets`` bodies
+    of ``x`` (3, n) in the unit box by the pairs within the cutoff, in float64 with scipy's
+    erfc, and the sums of Newton's force and potential magnitudes over those pairs."""
+    t = x[:, :n_targets]
     d = x[:, None, :] - t[:, :, None]
     d -= np.floor(d + 0.5)
     r = np.sqrt((d * d).sum(axis=0))
@@ -198,7 +194,18 @@ def test_the_short_range_walk_with_the_pairs_polynomials_equals_a_direct_sum():
         force = np.where(inside, m * g / r**3, 0)
         newton = np.where(inside, m / r**2, 0).sum(axis=1), np.where(inside, m / r, 0).sum(axis=1)
         potential = -np.where(inside, m * e / r, 0).sum(axis=1)
-    reference = (force[None] * d).sum(axis=2)
+    return (force[None] * d).sum(axis=2), potential, newton
+
+
+def test_the_short_range_walk_with_the_pairs_polynomials_equals_a_direct_sum():
+    """At the default cutoff (5 r_s, where the pairs take the polynomial factors) and
+    every cell opened, the walk is a sum over the pairs within the cutoff: against that
+    sum in float64 with scipy's erfc."""
+    x, m = _uniform(1500)
+    split, cutoff = 0.04, 0.2
+    tree = octree.build(x, m, 16)
+    walked = short_walk(tree, tree, 0.0, 1e-3, 1.0, split, cutoff, True)
+    reference, potential, newton = _short_range_sum(x, m, 300, split, cutoff)
     bound = 2 * POLYNOMIAL_SPLIT_ERROR["float64"]
     assert (np.linalg.norm(walked[:3, :300] - reference, axis=0) <= bound * newton[0]).all()
     assert (np.abs(walked[3, :300] - potential) <= bound * newton[1]).all()
@@ -261,18 +268,7 @@ def test_the_short_range_of_a_dense_clump_equals_a_direct_sum():
     tree = octree.build(x, m, 16)
     assert (tree.bmax[~tree.leaf] <= INSIDE * split).sum() > 10  # cells that take the path
     walked = short_walk(tree, tree, 0.0, 1e-3, 1.0, split, cutoff, True)
-    t = x[:, :300]
-    d = x[:, None, :] - t[:, :, None]
-    d -= np.floor(d + 0.5)
-    r = np.sqrt((d * d).sum(axis=0))
-    inside = (r > 0) & (r <= cutoff)
-    u = np.where(inside, r, 1.0) / (2 * split)
-    e = erfc(u)
-    g = e + 2 / math.sqrt(math.pi) * u * np.exp(-u * u)
-    with np.errstate(divide="ignore"):
-        force = np.where(inside, m * g / r**3, 0)
-        potential = -np.where(inside, m * e / r, 0).sum(axis=1)
-    reference = (force[None] * d).sum(axis=2)
+    reference, potential, _ = _short_range_sum(x, m, 300, split, cutoff)
     error = np.linalg.norm(walked[:3, :300] - reference, axis=0) / np.linalg.norm(reference,
                                                                                 axis=0)
     assert np.median(error) < 1e-5 and error.max() < 1e-3
