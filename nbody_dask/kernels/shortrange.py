@@ -28,9 +28,9 @@ radius) / 2 r_s^2``, not ``b_max / |d|``; cells need ``kappa <=`` :data:`KAPPA`.
 A cell within the cutoff of every target of the group and small next to ``r_s`` (``b_max
 <=`` :data:`INSIDE` ``r_s``: the dense cores of clustered boxes) is taken another way: its
 short range is Newton's (its subtree walked as the isolated walk walks it: cells by the
-opening test as Newton's multipoles, leaves pair by pair with Newton's law,
-:func:`newton_pairs`) less its long range, which varies on the scale ``r_s`` and so is
-one expansion about its centre of mass (:func:`long_m2p`). Its pairs need neither the
+opening test as Newton's multipoles, leaves pair by pair with Newton's law by the direct
+tile kernel) less its long range, which varies on the scale ``r_s`` and so is one
+expansion about its centre of mass (:func:`long_m2p`). Its pairs need neither the
 cutoff nor the split.
 
 Opened leaves' bodies are gathered at their image nearest the group (one shift for a leaf
@@ -54,10 +54,11 @@ from .law import (POLYNOMIAL_CUTOFF, POLYNOMIAL_DEGREE, fast_short_range, invers
                   long_range_polynomials, polynomial_long_range, short_range_constants)
 from .octree import TileTree
 from .stack import align_stack
+from .cpu import accel_potential_tile, accel_tile
 from .walk import group_sphere, m2p
 
 __all__ = ["GROUP_TARGETS", "INSIDE", "KAPPA", "LAW_POLYNOMIALS", "LAW_SPLIT", "PICK",
-           "cell_spread", "long_m2p", "newton_pairs", "short_m2p", "short_p2p", "short_pairs",
+           "cell_spread", "long_m2p", "short_m2p", "short_p2p", "short_pairs",
            "short_walk", "short_walk_sorted", "spread_of", "target_groups", "walk_constants"]
 
 
@@ -138,20 +139,14 @@ def _p2p(tx, ty, tz, xs, ys, zs, ms, eps2, law, out, with_potential, polynomial)
 
 
 @njit(inline="always", **_JIT)
-def _pair(dx, dy, dz, m, eps2, cut2, split, poly, zero, one, with_potential, polynomial,
-          newton=False):
+def _pair(dx, dy, dz, m, eps2, cut2, split, poly, zero, one, with_potential, polynomial):
     """One source's short-range terms on one target at separation ``d`` (the image to use):
     the force factor and the potential term (zero without ``with_potential``), zero beyond
-    the cutoff or at ``r = 0``. With ``newton``, Newton's softened law (the pair known to be
-    within the cutoff); with ``polynomial``, Newton's softened law less the
+    the cutoff or at ``r = 0``. With ``polynomial``, Newton's softened law less the
     long-range part of :func:`~nbody_dask.kernels.law.polynomial_long_range` (``poly``; no
     square root), else Newton's times the factors of
     :func:`~nbody_dask.kernels.law.fast_short_range` (``split``)."""
     r2 = dx * dx + dy * dy + dz * dz
-    if newton:  # Newton's softened law, every pair within the cutoff
-        mass = m if r2 > zero else zero
-        inv = inverse_distance(dx, dy, dz, eps2, zero, one)
-        return mass * inv * inv * inv, (mass * inv if with_potential else zero)
     mass = m if (r2 > zero) & (r2 <= cut2) else zero
     # (the law before the inverse distance: called first, that kept this loop scalar)
     if polynomial:
@@ -224,27 +219,11 @@ def short_pairs(tx, ty, tz, sources, leaves, n_leaves, eps2, law, out, kept):
         _pairs(tx, ty, tz, sources, leaves, n_leaves, eps2, law, out, kept, False, False)
 
 
-@njit(**_JIT)
-def newton_pairs(tx, ty, tz, sources, count, eps2, law, out):
-    """Add Newton's softened forces of the first ``count`` sources (4, ns; nearest images,
-    each known to be within the cutoff of every target) on targets to ``out`` (3 or 4,
-    nt), four targets at a time as :func:`short_pairs` (``law`` as there, unread but for
-    its type); coincident bodies (``r = 0``) contribute nothing to each other. The short
-    range of such sources is this less their long range (:func:`long_m2p`)."""
-    align_stack()
-    leaves = np.empty((1, 6))  # (no pick)
-    if out.shape[0] == 4:
-        _pairs(tx, ty, tz, sources, leaves, count, eps2, law, out, sources, True, True, True)
-    else:
-        _pairs(tx, ty, tz, sources, leaves, count, eps2, law, out, sources, False, True, True)
-
-
 @njit(inline="always", **_JIT)
 def _pairs(tx, ty, tz, sources, leaves, n_leaves, eps2, law, out, kept, with_potential,
-           polynomial, newton=False):
+           polynomial):
     """:func:`short_pairs` with ``with_potential`` and ``polynomial`` constants of the
-    caller (as :func:`_p2p`); with ``newton`` (:func:`newton_pairs`), the first
-    ``n_leaves`` of ``kept`` are the sources, all within the cutoff: no pick."""
+    caller (as :func:`_p2p`)."""
     cut2 = law[2] * law[2]
     split, poly = law[LAW_SPLIT:LAW_POLYNOMIALS], law[LAW_POLYNOMIALS:]
     one = np.ones(1, dtype=tx.dtype)[0]
@@ -252,9 +231,7 @@ def _pairs(tx, ty, tz, sources, leaves, n_leaves, eps2, law, out, kept, with_pot
     nt = tx.shape[0]
     last = nt - 1
     for i in range(0, nt, 4):
-        if newton:
-            ns = n_leaves
-        elif i % PICK == 0:  # PICK is a multiple of four
+        if i % PICK == 0:  # PICK is a multiple of four
             ns = _pick(tx, ty, tz, i, min(i + PICK, nt), sources, leaves, n_leaves, law[2],
                        kept)
         i1, i2, i3 = min(i + 1, last), min(i + 2, last), min(i + 3, last)
@@ -268,28 +245,28 @@ def _pairs(tx, ty, tz, sources, leaves, n_leaves, eps2, law, out, kept, with_pot
             xj, yj, zj, mj = kept[0, j], kept[1, j], kept[2, j], kept[3, j]
             dx, dy, dz = xj - x0, yj - y0, zj - z0
             f, e = _pair(dx, dy, dz, mj, eps2, cut2, split, poly, zero, one, with_potential,
-                         polynomial, newton)
+                         polynomial)
             ax0 += f * dx
             ay0 += f * dy
             az0 += f * dz
             p0 += e
             dx, dy, dz = xj - x1, yj - y1, zj - z1
             f, e = _pair(dx, dy, dz, mj, eps2, cut2, split, poly, zero, one, with_potential,
-                         polynomial, newton)
+                         polynomial)
             ax1 += f * dx
             ay1 += f * dy
             az1 += f * dz
             p1 += e
             dx, dy, dz = xj - x2, yj - y2, zj - z2
             f, e = _pair(dx, dy, dz, mj, eps2, cut2, split, poly, zero, one, with_potential,
-                         polynomial, newton)
+                         polynomial)
             ax2 += f * dx
             ay2 += f * dy
             az2 += f * dz
             p2 += e
             dx, dy, dz = xj - x3, yj - y3, zj - z3
             f, e = _pair(dx, dy, dz, mj, eps2, cut2, split, poly, zero, one, with_potential,
-                         polynomial, newton)
+                         polynomial)
             ax3 += f * dx
             ay3 += f * dy
             az3 += f * dz
@@ -398,7 +375,7 @@ def short_m2p(tx, ty, tz, moments, count, eps2, law, out):
 def long_m2p(tx, ty, tz, moments, count, law, out):
     """Subtract the long-range forces of ``count`` cells (columns of ``moments`` as
     :func:`short_m2p` reads them), each within the cutoff of every target, from ``out``:
-    with :func:`newton_pairs` and the isolated walk's M2P for their bodies, their short
+    with Newton's pairs and the isolated walk's M2P for their bodies, their short
     range. ``law`` is :func:`walk_constants` (the polynomials of
     :func:`~nbody_dask.kernels.law.long_range_polynomials`).
 
@@ -478,8 +455,8 @@ def _group_forces(targets, lo, hi, sources, spread, eps2, theta, law, cells64, m
 
     A cell within the cutoff of every target whose ``b_max`` is at most :data:`INSIDE`
     ``r_s`` is taken as Newton's (its subtree walked as the isolated walk does: cells by
-    its opening test, leaves pair by pair, :func:`newton_pairs`) less its long range as
-    one expansion (:func:`long_m2p`): no pick, no cutoff, and Newton's cheaper law for its
+    its opening test, leaves pair by pair by the direct tile kernel) less its long range
+    as one expansion (:func:`long_m2p`): no pick, no cutoff, and Newton's cheaper law for its
     pairs. The expansion holds each target's own body where ``same`` (the trees are one):
     its term, ``m le(0)`` in the potential, is taken out again."""
     align_stack()
@@ -594,7 +571,16 @@ def _group_forces(targets, lo, hi, sources, spread, eps2, theta, law, cells64, m
                   gathered[2, :n_src], gathered[3, :n_src], eps2, law, part)
     short_m2p(tx[lo:hi], ty[lo:hi], tz[lo:hi], moments[0], n_acc, eps2, law, part)
     if n_long:
-        newton_pairs(tx[lo:hi], ty[lo:hi], tz[lo:hi], buffer[2], n_newton, eps2, law, part)
+        newton = buffer[2]
+        if rows == 4:
+            pairs = accel_potential_tile(tx[lo:hi], ty[lo:hi], tz[lo:hi], newton[0, :n_newton],
+                                         newton[1, :n_newton], newton[2, :n_newton],
+                                         newton[3, :n_newton], eps2, False, 0)
+        else:
+            pairs = accel_tile(tx[lo:hi], ty[lo:hi], tz[lo:hi], newton[0, :n_newton],
+                               newton[1, :n_newton], newton[2, :n_newton],
+                               newton[3, :n_newton], eps2)
+        part += pairs
         cells = moments[1]
         m2p(tx[lo:hi], ty[lo:hi], tz[lo:hi], cells[1, :n_cells_newton],
             cells[2, :n_cells_newton], cells[3, :n_cells_newton], cells[0, :n_cells_newton],
@@ -602,10 +588,12 @@ def _group_forces(targets, lo, hi, sources, spread, eps2, theta, law, cells64, m
             cells[7, :n_cells_newton], cells[8, :n_cells_newton], cells[9, :n_cells_newton],
             eps2, part)
         long_m2p(tx[lo:hi], ty[lo:hi], tz[lo:hi], moments[2], n_long, law, part)
-        if own.shape[0]:
-            _, self_term = polynomial_long_range(zero, law[LAW_POLYNOMIALS:], side / side)
+        if own.shape[0]:  # each target's own term: Newton's softened and the long range's
+            one = side / side
+            _, self_term = polynomial_long_range(zero, law[LAW_POLYNOMIALS:], one)
+            newton_self = one / np.sqrt(eps2) if eps2 > zero else zero
             for t in range(hi - lo):
-                part[3, t] -= own[t] * self_term
+                part[3, t] += own[t] * (newton_self - self_term)
     return part, buffer
 
 
