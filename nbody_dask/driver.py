@@ -35,7 +35,7 @@ from .integrators import canonical
 from .graph import (Piece, fused_steps, initial_pieces, key, lazy_tiles, snapshot_graph,
                     steps_pieces)
 from .lease import WriterLease
-from .location import StoreLocation, describe_error, store_faults
+from .location import StoreLocation, describe_error, quiet_abandoned_requests, store_faults
 from .plan import Plan, submission_ends
 from .storage import SnapshotCommitter, committed_snapshots, open_trajectory
 
@@ -150,6 +150,7 @@ class Driver:
                 self.complete()
             self.committer.flush()
         except store_faults() as exc:  # a full disk, a lost mount or object-store endpoint
+            quiet_abandoned_requests()  # the client's own requests may fail after this one
             if not isinstance(exc, TimeoutError):  # a store that did not answer in time
                 self.committer.flush(quietly=True)  # would only keep the run a deadline more
             if isinstance(exc, RECOVERABLE):  # CommClosedError is an OSError too

@@ -482,18 +482,20 @@ def _object_location(url: str, protocol: str, options: Mapping[str, Any]) -> Obj
 
 
 def _not_an_abandoned_request(record: logging.LogRecord) -> bool:
-    """False for asyncio's note that a request which timed out was never awaited."""
+    """False for asyncio's note that a store request which failed (timed out, or lost its
+    connection) was never awaited."""
     error = record.exc_info[1] if record.exc_info else None
     return not (record.getMessage().startswith(("Future exception was never retrieved",
                                                  "Task exception was never retrieved"))
-                and isinstance(error, TimeoutError))
+                and isinstance(error, store_faults()))
 
 
 def quiet_abandoned_requests() -> None:
-    """Keep asyncio's "exception was never retrieved" about a timed-out store request off
-    the terminal, once a store operation was abandoned for its deadline (and said so in its
-    own error): the request may fail later inside the object store's client, and asyncio
-    logs that when the interpreter collects it. Other such notes stay."""
+    """Keep asyncio's "exception was never retrieved" about a failed store request off the
+    terminal, once a store operation failed or was abandoned for its deadline (and said so
+    in its own error): the object store's client may leave a request of its own failing
+    (a write to a dropped connection, a request that times out later), and asyncio logs
+    that when the interpreter collects it, with a traceback. Other such notes stay."""
     logger = logging.getLogger("asyncio")
     if _not_an_abandoned_request not in logger.filters:
         logger.addFilter(_not_an_abandoned_request)

@@ -309,11 +309,14 @@ def test_export_never_replaces_its_source(client, tmp_path):
     assert nbody_dask.open_trajectory(store).sizes["time"] == 2
 
 
-def test_abandoned_store_requests_that_time_out_later_stay_quiet(caplog):
-    """A request the run gave up on may fail inside the object store's client after the
-    one-line error; asyncio's note about it is dropped, any other stays."""
+def test_abandoned_store_requests_that_fail_later_stay_quiet(caplog):
+    """A request the run gave up on (timed out, or its connection dropped with the
+    endpoint) may fail inside the object store's client after the one-line error;
+    asyncio's note about it is dropped, any other stays."""
     import asyncio
     import gc
+
+    from aiohttp import ClientConnectionResetError
 
     from nbody_dask.location import quiet_abandoned_requests
 
@@ -325,7 +328,8 @@ def test_abandoned_store_requests_that_time_out_later_stay_quiet(caplog):
     loop = asyncio.new_event_loop()
     try:
         with caplog.at_level("ERROR", logger="asyncio"):
-            for error in (TimeoutError("Timeout"), ValueError("kept")):
+            for error in (TimeoutError("Timeout"), ValueError("kept"),
+                          ClientConnectionResetError("Cannot write to closing transport")):
                 task = loop.create_task(fail(error))
                 loop.run_until_complete(asyncio.sleep(0.01))
                 del task
