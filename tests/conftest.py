@@ -3,9 +3,44 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from distributed import Client, LocalCluster
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    """Before the test workers start (the whole suite, or a marker's share of it): compile
+    the kernels into Numba's on-disk cache in one process a CPU (``warm_kernels.py``), so
+    that no kernel is compiled by several workers at once. With a warm cache this takes a
+    few seconds; ``NBODY_DASK_TEST_WARMUP=0`` skips it."""
+    config = session.config
+    if (hasattr(config, "workerinput") or os.environ.get("NBODY_DASK_TEST_WARMUP") == "0"
+            or config.args_source is not pytest.Config.ArgsSource.TESTPATHS
+            or config.option.collectonly):
+        return
+    import nbody_dask
+
+    script = Path(__file__).with_name("warm_kernels.py")
+    shares = max(1, min(os.cpu_count() or 1, 4))
+    # the copy of the package these tests import (Numba caches beside its sources)
+    package = str(Path(nbody_dask.__path__[0]).parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [package, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    start = time.perf_counter()
+    runs = [subprocess.Popen([sys.executable, str(script), str(share), str(shares)], env=env)
+            for share in range(shares)]
+    failed = [run.args for run in runs if run.wait() != 0]
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"Numba's cache warmed in {time.perf_counter() - start:.0f} s "
+                            f"({shares} processes; NBODY_DASK_TEST_WARMUP=0 skips it)"
+                            + (f"; FAILED: {failed}" if failed else ""))
 
 
 @pytest.fixture(scope="session")
