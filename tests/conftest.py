@@ -13,12 +13,16 @@ import pytest
 from distributed import Client, LocalCluster
 
 
+#: Seconds the warm-up may take before it is stopped (a fresh clone: about 190 s here).
+WARMUP_LIMIT = 900
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session):
     """Before the test workers start (the whole suite, or a marker's share of it): compile
     the kernels into Numba's on-disk cache in one process a CPU (``warm_kernels.py``), so
     that no kernel is compiled by several workers at once. With a warm cache this takes a
-    few seconds; ``NBODY_DASK_TEST_WARMUP=0`` skips it."""
+    quarter of a minute; ``NBODY_DASK_TEST_WARMUP=0`` skips it."""
     config = session.config
     if (hasattr(config, "workerinput") or os.environ.get("NBODY_DASK_TEST_WARMUP") == "0"
             or config.args_source is not pytest.Config.ArgsSource.TESTPATHS
@@ -35,7 +39,15 @@ def pytest_sessionstart(session):
     start = time.perf_counter()
     runs = [subprocess.Popen([sys.executable, str(script), str(share), str(shares)], env=env)
             for share in range(shares)]
-    failed = [run.args for run in runs if run.wait() != 0]
+    failed = []
+    for run in runs:  # a warm-up that hangs must not hang the suite: the tests compile
+        try:
+            run.wait(timeout=max(1.0, WARMUP_LIMIT - (time.perf_counter() - start)))
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.wait()
+        if run.returncode != 0:
+            failed.append(run.args)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.write_line(f"Numba's cache warmed in {time.perf_counter() - start:.0f} s "
