@@ -13,7 +13,7 @@ import pytest
 from distributed import Client, LocalCluster
 
 
-#: Seconds the warm-up may take before it is stopped (a fresh clone: about 190 s here).
+#: Seconds the warm-up may take before it is stopped (a fresh clone: 162-185 s here).
 WARMUP_LIMIT = 900
 
 
