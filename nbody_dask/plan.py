@@ -530,9 +530,9 @@ class Plan:
         if self.theta > 1:
             raise ValueError(f"theta must be in (0, 1], got {self.theta!r}")
         if self.box_size is not None and self.mesh_slabs is None:
-            # individual time steps solve their mesh in one task
-            keep("mesh_slabs", 1 if self.individual else auto_mesh_slabs(self.mesh_size,
-                                                                           self.dtype))
+            # a one-tile system's individual time steps solve their mesh in one task
+            keep("mesh_slabs", 1 if self._one_tile_blocks() else auto_mesh_slabs(
+                self.mesh_size, self.dtype))
         if self.mesh_slabs is not None and self.mesh_size is not None \
                 and self.mesh_slabs > self.mesh_size:
             raise ValueError(f"mesh_slabs must be <= mesh_size ({self.mesh_size}), got "
@@ -588,6 +588,10 @@ class Plan:
             raise ValueError(f"time_bins must be <= {MAX_TIME_BINS}, got {self.time_bins!r}")
         if self.timestep == "global":
             return
+        if self.mesh_slabs is not None and self.mesh_slabs > 1 and self._one_tile_blocks():
+            raise ValueError(f"timestep='individual' with the mesh in slabs needs spatial "
+                             f"tiles (tile_size < n = {self.n}; a one-tile system's blocks "
+                             f"run in one task), got mesh_slabs={self.mesh_slabs!r}")
         treepm = self.method == "treepm"
         for needed, met, name, value in (
                 ("method='direct', 'tree' or 'treepm'", self.force_method.individual_steps,
@@ -597,8 +601,6 @@ class Plan:
                 ("step_criterion='acceleration' with method='treepm'",
                  not treepm or self.step_criterion == "acceleration", "step_criterion",
                  self.step_criterion),
-                ("the mesh in one task", self.mesh_slabs in (None, 1), "mesh_slabs",
-                 self.mesh_slabs),
                 ("layout='pairs'", self.layout == "pairs", "layout", self.layout),
                 ("the CPU kernels", self.backend != "cuda", "backend", self.backend),
                 ("softening > 0 with step_criterion='acceleration'",
@@ -607,6 +609,13 @@ class Plan:
             if not met:
                 raise ValueError(f"timestep='individual' needs {needed} for now, got "
                                  f"{name}={value!r}")
+
+    def _one_tile_blocks(self) -> bool:
+        """Individual time steps whose system is one tile (:func:`individual_tiles`), whose
+        blocks run in one task: the mesh is solved in that task, not in slabs."""
+        if not self.individual:
+            return False
+        return self.tile_size >= self.n if self.tile_size else self.n <= TREE_ONE_TILE_MAX
 
     @property
     def individual(self) -> bool:

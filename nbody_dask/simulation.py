@@ -164,7 +164,9 @@ def simulate(
         TreePM's mesh slabs (``nbody.mesh-slabs``): 1 solves the mesh in one task with
         ``scipy.fft`` on a worker's cores; more cut it into slabs whose FFT is a Dask graph
         across the workers (:mod:`nbody_dask.meshfft`), for meshes no worker holds. By
-        default one task up to 256 MiB of mesh (512^3 float32 points), slabs beyond.
+        default one task up to 256 MiB of mesh (512^3 float32 points), slabs beyond; with
+        ``timestep="individual"`` one task for a one-tile system (its blocks run in one
+        task), where more is refused.
     split : float, optional
         TreePM's force split scale ``r_s`` in mesh cells (``nbody.split``, 2.5).
     cutoff : float, optional

@@ -25,7 +25,7 @@ from .kernels import tree as trees
 from .location import StoreLocation
 from .plan import reduction_groups
 from . import sizes  # noqa: F401  (Dask weighs the tiles, trees and meshes the tasks return)
-from .spatial import periodic_neighbours
+from .spatial import periodic_neighbours, tile_extent
 from .storage import write_tile
 from .timebins import BlockFactors, Bins, active_mask, bin_counts
 
@@ -37,7 +37,8 @@ __all__ = ["Forces", "Closing", "Walk", "PairForces", "pair_forces", "symmetric_
            "append", "Periodic", "ShortTree", "ewald_pair_forces", "ewald_factors",
            "ewald_long_forces", "short_tree", "short_pair_forces",
            "mesh_deposit", "mesh_solve", "mesh_forces", "periodic_layout",
-           "mesh_slab", "mesh_mass", "mesh_forces_from_slabs", "close_short_row",
+           "mesh_slab", "mesh_mass", "mesh_forces_from_slabs", "tile_span", "region_planes",
+           "span_planes", "mesh_forces_from_span", "close_short_row",
            "Tick", "open_tile_block", "drift_tile", "active_pair_forces", "close_active",
            "tile_bin_counts", "drifted_tree", "active_tree_pair_forces", "drifted_short_tree",
            "active_short_pair_forces"]
@@ -489,6 +490,56 @@ def mesh_forces_from_slabs(tile: Tile, periodic: Periodic, total_mass: float, fi
         tile.position, tile.mass,
         _JoinedPlanes([pieces[r * per_field:(r + 1) * per_field] for r in range(rows)]),
         first, total_mass, periodic.box, periodic.split, "tsc")
+
+
+def tile_span(tile: Tile, periodic: Periodic) -> tuple[int, int]:
+    """The mesh planes along the first axis that ``tile``'s weights touch, ``(first,
+    count)``: :func:`periodic_layout`'s span, from the tile itself (where the graph is
+    built before any extent is known)."""
+    extent = tile_extent(tile)
+    return pm.cell_span(extent[:, 0], periodic.mesh / periodic.box, periodic.mesh,
+                        pm.POINTS["tsc"])
+
+
+def region_planes(region: pm.Region, mesh: int, lo: int, hi: int) -> pm.Region:
+    """The rows of a partial mesh from its first to its last on planes ``lo .. hi - 1``
+    (modulo ``mesh``; none where it has none there): what a slab's sum
+    (:func:`~nbody_dask.kernels.pm.slab_sum`) reads of it, so that no more travels."""
+    rows = (region.start[0] + np.arange(region.values.shape[0])) % mesh
+    inside = np.flatnonzero((rows >= lo) & (rows < hi))
+    if inside.size == 0:
+        return pm.Region(region.start, region.values[:0])
+    first, last = int(inside[0]), int(inside[-1]) + 1
+    return pm.Region((region.start[0] + first, *region.start[1:]),
+                     region.values[first:last].copy())
+
+
+def span_planes(span: tuple[int, int], slab: np.ndarray, bounds: Sequence[tuple[int, int]],
+                index: int) -> tuple[np.ndarray, ...]:
+    """The planes of slab ``index`` (of ``bounds``) within ``span`` (:func:`tile_span`),
+    copied, each run of them in the span's order (:func:`~nbody_dask.kernels.pm.
+    span_pieces`; none where the span misses the slab)."""
+    return tuple(slab[start:stop].copy()
+                 for j, start, stop in pm.span_pieces(bounds, *span) if j == index)
+
+
+def mesh_forces_from_span(tile: Tile, periodic: Periodic, total_mass: float,
+                          span: tuple[int, int], rows: int,
+                          bounds: Sequence[tuple[int, int]],
+                          *pieces: tuple[np.ndarray, ...]) -> np.ndarray:
+    """:func:`mesh_forces_from_slabs` from :func:`span_planes` of every slab of every
+    field (``pieces``, field by field, slab by slab), joined in the span's order."""
+    slabs = len(bounds)
+    joined = []
+    for r in range(rows):
+        taken = [0] * slabs
+        field = []
+        for j, _, _ in pm.span_pieces(bounds, *span):
+            field.append(pieces[r * slabs + j][taken[j]])
+            taken[j] += 1
+        joined.append(tuple(field))
+    return pm.interpolate_planes(tile.position, tile.mass, _JoinedPlanes(joined), span[0],
+                                 total_mass, periodic.box, periodic.split, "tsc")
 
 
 class _JoinedPlanes(Sequence):

@@ -64,3 +64,37 @@ def test_an_interpolation_reads_only_its_planes_of_the_slabs(bounds):
                                      for j, lo, hi in pieces])
             np.testing.assert_array_equal(joined, (first + np.arange(count)) % n)
             assert all(hi > lo for _, lo, hi in pieces)
+
+
+@pytest.mark.parametrize("bounds", [[(0, 16), (16, 32)], [(0, 11), (11, 23), (23, 32)],
+                                    [(0, 32)]])
+@pytest.mark.parametrize("near", [(0.0, 0.1), (0.93, 1.0), (0.3, 0.55), (0.0, 1.0)])
+def test_tiles_whose_planes_are_not_planned_read_the_slabs_they_need(bounds, near):
+    """Where the graph is built before a tile's planes are known (individual time steps'
+    ticks): each slab sums the rows of every deposit there
+    (:func:`~nbody_dask.tasks.region_planes`), and each tile reads its planes of every
+    slab (:func:`~nbody_dask.tasks.span_planes`): the mesh and the forces of the planned
+    path, tiles across the box's face included."""
+    from nbody_dask import tasks
+    from nbody_dask.bodies import Tile
+
+    n, dtype = 32, "float64"
+    rng = np.random.default_rng(7)
+    x = rng.random((3, 400))
+    x[0] = near[0] + (near[1] - near[0]) * x[0]
+    m = np.full(400, 1 / 400)
+    region = pm.deposit(x, m, 1.0, n, "tsc")
+    for lo, hi in bounds:
+        trimmed = tasks.region_planes(region, n, lo, hi)
+        assert trimmed.values.shape[0] <= region.values.shape[0]
+        np.testing.assert_array_equal(pm.slab_sum(n, dtype, lo, hi, trimmed),
+                                      pm.slab_sum(n, dtype, lo, hi, region))
+    solved = pm.long_range(pm.mesh_sum(n, dtype, region), 1.0, 2.5 / n, True, "tsc")
+    tile = Tile(0, x, np.zeros_like(x), m)
+    periodic = tasks.Periodic(1.0, n, 2.5 / n, 12.5 / n, 0.5, 1, "cpu")
+    span = tasks.tile_span(tile, periodic)
+    pieces = [tasks.span_planes(span, field[lo:hi], bounds, j)
+              for field in solved.fields for j, (lo, hi) in enumerate(bounds)]
+    got = tasks.mesh_forces_from_span(tile, periodic, solved.total_mass, span, 4, bounds,
+                                      *pieces)
+    np.testing.assert_array_equal(got, pm.interpolate(x, m, solved, 1.0, 2.5 / n, "tsc"))

@@ -114,16 +114,19 @@ def test_bad_individual_parameters_are_named(field, value, match):
         _plan(**{field: value})
 
 
-def test_treepm_needs_the_acceleration_criterion_and_the_mesh_in_one_task():
+def test_treepm_needs_the_acceleration_criterion_and_spatial_tiles_for_slabs():
     with pytest.raises(ValueError, match="needs step_criterion='acceleration' with "
                                          "method='treepm' for now, got "
                                          "step_criterion='pairwise'"):
         _plan(method="treepm", box_size=1.0, step_criterion="pairwise")
-    with pytest.raises(ValueError, match="needs the mesh in one task for now, got "
-                                         "mesh_slabs=2"):
-        _plan(method="treepm", box_size=1.0, mesh_slabs=2)
-    plan = _plan(method="treepm", box_size=1.0, n=200_000_000)  # a mesh beyond 512^3
-    assert plan.individual and plan.mesh_slabs == 1
+    with pytest.raises(ValueError, match=r"with the mesh in slabs needs spatial tiles "
+                                         r"\(tile_size < n = 800; .*got mesh_slabs=2"):
+        _plan(method="treepm", box_size=1.0, mesh_slabs=2, tile_size=None)  # one tile
+    assert _plan(method="treepm", box_size=1.0, mesh_slabs=2, tile_size=300).mesh_slabs == 2
+    plan = _plan(method="treepm", box_size=1.0, n=200_000_000)  # spatial tiles, a mesh
+    assert plan.individual and plan.mesh_slabs > 1               # beyond 512^3: slabs
+    assert _plan(method="treepm", box_size=1.0, n=200_000_000, tile_size=200_000_000
+                 ).mesh_slabs == 1  # one tile
     assert Plan(n=800, steps=2, dt=0.1, softening=0.01, method="treepm", box_size=1.0,
                 timestep="individual").step_criterion == "acceleration"
     assert Plan(n=800, steps=2, dt=0.1, softening=0.01, method="tree",
@@ -516,13 +519,21 @@ def test_treepm_resume_is_bit_identical(client, tmp_path):
 
 @pytest.mark.slow
 def test_treepm_blocks_are_bit_identical_on_two_worker_processes(client):
+    """The mesh in one task and in slabs (each tile's planes found in the graph): the
+    same bits on 2 worker processes, and the same run to round-off."""
     from distributed import Client, LocalCluster
 
     ds = nbody_dask.plummer_clumps(600, seed=5)
+    slabs = dict(_TREEPM_BLOCKS, mesh_slabs=3)
     whole = nbody_dask.simulate(ds, client=client, **_TREEPM_BLOCKS)
+    in_slabs = nbody_dask.simulate(ds, client=client, **slabs)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as c:
         _same_runs([nbody_dask.simulate(ds, client=c, **_TREEPM_BLOCKS).load()], whole)
+        _same_runs([nbody_dask.simulate(ds, client=c, **slabs).load()], in_slabs)
+    assert in_slabs.attrs["mesh_slabs"] == 3
+    np.testing.assert_allclose(in_slabs.position.values, whole.position.values, rtol=0,
+                               atol=1e-5)
 
 
 # -- comoving boxes: the block's factors from the cosmology -----------------------------------

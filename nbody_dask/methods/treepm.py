@@ -159,8 +159,9 @@ class TreePM(ForceMethod):
     def tick_long_range(self, plan: Plan, dsk: Graph, name: Callable[..., str],
                         drifted: dict[int, Any], tick: Any, forces: Any) -> dict[int, str]:
         """The mesh's forces on every body where all are synchronised: the deposits of
-        every tile, the mesh in one task (the plan's ``mesh_slabs`` is 1) and an
-        interpolation per tile."""
+        every tile, the mesh in one task or in slabs (the plan's ``mesh_slabs``; spatial
+        tiles only: a one-tile system's blocks run in one task) and an interpolation per
+        tile."""
         if not (tick.initial or tick.tick == tick.bins.ticks):
             return {}
         periodic = _periodic(plan, tick.threads)
@@ -170,8 +171,12 @@ class TreePM(ForceMethod):
             return name("b" + stage, *index)
 
         deposits = _deposits(dsk, key, tiles, periodic)
-        long = _one_task_mesh(plan, dsk, key, tiles, deposits, periodic, tick.threads,
-                              forces.with_potential)
+        if plan.mesh_slabs > 1:
+            long = _unplanned_slab_mesh(plan, dsk, key, tiles, deposits, periodic,
+                                        forces.with_potential)
+        else:
+            long = _one_task_mesh(plan, dsk, key, tiles, deposits, periodic, tick.threads,
+                                  forces.with_potential)
         return dict(enumerate(long))
 
     def evaluate(self, ev: Evaluation, dsk: Graph, tiles: list, state: ShortTrees | None):
@@ -297,23 +302,9 @@ def _slab_mesh(plan: Plan, dsk: Graph, key: Callable[..., str], tiles: list,
     caller), so that the scheduler runs it first and lets go of the fields early."""
     n = plan.mesh_size
     bounds = plan.mesh_slab_bounds()
-    name = key("meshslab")
-    layer = {}
-    for j, (lo, hi) in enumerate(bounds):
-        mine = [deposits[i] for i in range(len(tiles)) if overlaps(spans[i], lo, hi, n)]
-        last = reduce_in_order(dsk, mine, reduction_groups(len(mine), plan.split_every),
-                               lambda level, g, j=j: key(f"slabsum{level}", j, g),
-                               tasks.mesh_slab, n, plan.dtype, lo, hi)
-        layer[(name, j, 0, 0)] = (tasks.mesh_slab, n, plan.dtype, lo, hi, *last)
-    mesh = da.Array(layer, name, chunks=(tuple(hi - lo for lo, hi in bounds), (n,), (n,)),
-                    dtype=plan.dtype)
-    fields = meshfft.long_range(mesh, periodic.box, periodic.split, with_potential, "tsc")
-    for field in fields:
-        dsk.update(dict(field.__dask_graph__()))
-    total_mass = 0.0  # read by the potential alone: without it, no task keeps the slabs
-    if with_potential:
-        total_mass = key("meshmass")
-        dsk[total_mass] = (tasks.mesh_mass, *layer)
+    fields, total_mass = _slab_fields(
+        plan, dsk, key, [[deposits[i] for i in range(len(tiles)) if overlaps(spans[i], lo, hi, n)]
+                         for lo, hi in bounds], periodic, with_potential)
     out = []
     for i, tile in enumerate(tiles):
         first, count = spans[i]
@@ -335,6 +326,63 @@ def _slab_mesh(plan: Plan, dsk: Graph, key: Callable[..., str], tiles: list,
         dsk[out[-1]] = (tasks.mesh_forces_from_slabs, tile, periodic, total_mass, first,
                         len(fields), tuple(planes), *parts)
     return out
+
+
+def _unplanned_slab_mesh(plan: Plan, dsk: Graph, key: Callable[..., str], tiles: list,
+                         deposits: list[str], periodic: tasks.Periodic,
+                         with_potential: bool) -> list[str]:
+    """:func:`_slab_mesh` where the graph is built before the tiles' planes are known (the
+    ticks of individual time steps, which fetch nothing but bin counts): each tile's span
+    is a task (:func:`~nbody_dask.tasks.tile_span`); every deposit sends each slab its rows
+    there (:func:`~nbody_dask.tasks.region_planes`), every slab of every field each tile
+    its planes there (:func:`~nbody_dask.tasks.span_planes`), empty where they miss. Still
+    no task holds more than a slab or a tile's region; ``T x slabs`` small tasks more."""
+    bounds = plan.mesh_slab_bounds()
+    parts = []
+    for j, (lo, hi) in enumerate(bounds):
+        parts.append([key("slabrows", i, j) for i in range(len(tiles))])
+        for part, deposit in zip(parts[-1], deposits, strict=True):
+            dsk[part] = (tasks.region_planes, deposit, plan.mesh_size, lo, hi)
+    fields, total_mass = _slab_fields(plan, dsk, key, parts, periodic, with_potential)
+    out = []
+    for i, tile in enumerate(tiles):
+        span = key("span", i)
+        dsk[span] = (tasks.tile_span, tile, periodic)
+        pieces = []
+        for f, field in enumerate(fields):
+            for j in range(len(bounds)):
+                pieces.append(key("spanplanes", i, f, j))
+                dsk[pieces[-1]] = (tasks.span_planes, span, (field.name, j, 0, 0), bounds, j)
+        out.append(key("long", i))
+        dsk[out[-1]] = (tasks.mesh_forces_from_span, tile, periodic, total_mass, span,
+                        len(fields), bounds, *pieces)
+    return out
+
+
+def _slab_fields(plan: Plan, dsk: Graph, key: Callable[..., str], parts: list[list[str]],
+                 periodic: tasks.Periodic, with_potential: bool) -> tuple[list, Any]:
+    """The solved fields as Dask arrays of slabs (their tasks added to ``dsk``) from
+    ``parts[j]``, the partial meshes of slab ``j`` added in order by the plan's reduction
+    tree; and the total mass (its key; 0 without the potential)."""
+    n = plan.mesh_size
+    bounds = plan.mesh_slab_bounds()
+    name = key("meshslab")
+    layer = {}
+    for j, ((lo, hi), mine) in enumerate(zip(bounds, parts, strict=True)):
+        last = reduce_in_order(dsk, mine, reduction_groups(len(mine), plan.split_every),
+                               lambda level, g, j=j: key(f"slabsum{level}", j, g),
+                               tasks.mesh_slab, n, plan.dtype, lo, hi)
+        layer[(name, j, 0, 0)] = (tasks.mesh_slab, n, plan.dtype, lo, hi, *last)
+    mesh = da.Array(layer, name, chunks=(tuple(hi - lo for lo, hi in bounds), (n,), (n,)),
+                    dtype=plan.dtype)
+    fields = meshfft.long_range(mesh, periodic.box, periodic.split, with_potential, "tsc")
+    for field in fields:
+        dsk.update(dict(field.__dask_graph__()))
+    total_mass: Any = 0.0  # read by the potential alone: without it, no task keeps the slabs
+    if with_potential:
+        total_mass = key("meshmass")
+        dsk[total_mass] = (tasks.mesh_mass, *layer)
+    return fields, total_mass
 
 
 TREEPM = register(TreePM())
