@@ -25,7 +25,9 @@ only the *active* tiles (those holding such a body) get tasks:
   the active bodies' closing half-kicks, their new bins, their next opening half-kicks.
 
 So a tick costs ``A (T + 2 + combines)`` tasks for ``A`` active tiles of ``T`` (the tree
-adds a refit of every tile's tree): proportional to the active tiles.
+adds a refit of every tile's tree): proportional to the active tiles. With
+``layout="rows"`` an active tile's force tasks and combines are one task on the worker's
+cores (the same bits): ``3 A`` tasks.
 Which tiles are active at a tick follows from how many bodies each of their bins holds; bins
 change only where a tile is active, so after each tick the builder fetches the new counts of
 the tiles it closed (a few integers a tile) and plans the next tick from them: the graph
@@ -45,12 +47,13 @@ the same bits.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Generator, Sequence
 from typing import Any
 
 from . import tasks
 from .graph import Graph, Piece, closing, combine, key, run_graph, submit
-from .plan import Plan
+from .plan import Plan, reduction_groups
 from .timebins import active_bodies, next_tick, tile_active
 
 __all__ = ["initial_block_pieces", "block_pieces", "tick_graph", "fused_blocks",
@@ -134,12 +137,14 @@ def tick_graph(plan: Plan, token: str, step: int, tick: int, tiles: Sequence,
     partials = plan.force_method.tick_forces(plan, dsk, name, sources, drifted, ticker,
                                              forces, list(block))
     long = plan.force_method.tick_long_range(plan, dsk, name, drifted, ticker, forces)
-    parts = [[(p, None) for p in partials[i]] for i in active]
     closed = closing(plan, step, None, with_potential)
     out = list(tiles)
-    for i, mine in zip(active, parts, strict=True):
-        mine = combine(dsk, mine, plan.groups(),
-                       lambda level, g, i=i: name(f"bcombine{level}", i, g))
+    for i in active:
+        if plan.layout == "rows" and len(tiles) > 1:
+            mine = _row(dsk, plan, name("brow", i), partials[i])
+        else:
+            mine = combine(dsk, [(p, None) for p in partials[i]], plan.groups(),
+                           lambda level, g, i=i: name(f"bcombine{level}", i, g))
         out[i] = name("bkick", i)
         dsk[out[i]] = (tasks.close_active, closed, ticker, drifted[i], long.get(i),
                        [s for _, s in mine], *[p for p, _ in mine])
@@ -148,32 +153,46 @@ def tick_graph(plan: Plan, token: str, step: int, tick: int, tiles: Sequence,
     return dsk, out, active, counts_key
 
 
+def _row(dsk: Graph, plan: Plan, row: str, partials: list[str]) -> list:
+    """The ``"rows"`` layout of a tick: a target tile's tasks of every source (``partials``,
+    taken out of ``dsk``) run one after the other in one task, on the worker's cores, and
+    their sums by the plan's reduction tree, as the combine tasks would add them (the same
+    bits as ``"pairs"``); the parts left for the closing task (tasks within it)."""
+    dsk[row] = (tasks.reduce_levels, plan.split_every, *[dsk.pop(p) for p in partials])
+    groups = reduction_groups(len(partials), plan.split_every)  # plan.groups(): a part a tile
+    left = len(groups[-1]) if groups else len(partials)
+    return [((operator.getitem, row, k), None) for k in range(left)]
+
+
 def _evaluations(counts: Counts, active: list[int], tick: int) -> int:
     """Body force evaluations of a tick."""
     return sum(active_bodies(counts[i], tick) for i in active)
 
 
-def initial_block_pieces(plan: Plan, token: str, tiles: Sequence, step: int = 0
+def initial_block_pieces(plan: Plan, token: str, tiles: Sequence, step: int = 0,
+                         threads: int | None = None
                          ) -> Generator[Piece, Any, tuple[list, Counts]]:
     """Generator of the :class:`~nbody_dask.graph.Piece` of a run's (or a resume's) first
     evaluation at ``step``: forces, potentials and bins of every body, no kick; returns the
-    tiles' futures and their bin counts."""
+    tiles' futures and their bin counts. ``threads``: the ``"rows"`` layout's kernel
+    threads (None: every core)."""
     counts: Counts = [()] * len(tiles)
     dsk, out, _, counts_key = tick_graph(plan, token, step, 0, list(tiles),
                                          [0] * len(tiles), counts, with_potential=True,
-                                         initial=True, threads=_threads(plan))
+                                         initial=True, threads=_threads(plan, threads))
     refs, counts = yield from submit(dsk, fetch=counts_key, tiles=out)
     return refs["tiles"], list(counts)
 
 
 def block_pieces(plan: Plan, token: str, tiles: Sequence, counts: Counts, first: int,
-                 last: int, potential_steps: frozenset
+                 last: int, potential_steps: frozenset, threads: int | None = None
                  ) -> Generator[Piece, Any, tuple[list, Counts, int]]:
     """Generator of the :class:`~nbody_dask.graph.Piece` s of blocks ``first..last`` from
     ``tiles`` (futures of the state after block ``first - 1``, every body synchronised) and
     their bin counts; returns the tiles' futures after block ``last``, their bin counts, and
     the body force evaluations the blocks took. Potentials are computed at the end of
-    ``potential_steps`` (snapshot steps)."""
+    ``potential_steps`` (snapshot steps). ``threads``: the ``"rows"`` layout's kernel
+    threads (None: every core)."""
     bins, tiles, evaluations = plan.bins, list(tiles), 0
     for step in range(first, last + 1):
         dsk: Graph = {}
@@ -188,7 +207,7 @@ def block_pieces(plan: Plan, token: str, tiles: Sequence, counts: Counts, first:
             graph, tiles, active, counts_key = tick_graph(
                 plan, token, step, tick, tiles, last_tick, counts,
                 with_potential=tick == bins.ticks and step in potential_steps,
-                threads=_threads(plan), block=block)
+                threads=_threads(plan, threads), block=block)
             dsk.update(graph)
             evaluations += _evaluations(counts, active, tick)
             refs, new = yield from submit(dsk, fetch=counts_key, tiles=tiles, block=block)
@@ -198,10 +217,13 @@ def block_pieces(plan: Plan, token: str, tiles: Sequence, counts: Counts, first:
     return tiles, counts, evaluations
 
 
-def _threads(plan: Plan) -> int | None:
+def _threads(plan: Plan, rows_threads: int | None) -> int | None:
     """A force task's kernel threads: every core for one tile (its blocks run in one task),
-    else one (the tasks share the workers' threads)."""
-    return None if plan.n_tiles == 1 else 1
+    ``rows_threads`` for the ``"rows"`` layout (a task a target tile), else one (the tasks
+    share the workers' threads)."""
+    if plan.n_tiles == 1:
+        return None
+    return rows_threads if plan.layout == "rows" else 1
 
 
 def fused_blocks(tile: Any, counts: Counts, plan: Plan, token: str, first: int, last: int,

@@ -181,7 +181,7 @@ class Driver:
         self.evaluations = 0
         if plan.individual:  # self.state: the tiles' bin counts
             state, self.state = submit_pieces(c, initial_block_pieces(
-                plan, self.token, tiles, step=step))
+                plan, self.token, tiles, step=step, threads=self.threads))
         else:
             state, self.state = submit_pieces(c, initial_pieces(
                 plan, self.token, tiles, threads=self.threads, step=step,
@@ -207,7 +207,7 @@ class Driver:
             self.evaluations += evaluations
         elif plan.individual:
             state, self.state, evaluations = submit_pieces(self.client, block_pieces(
-                plan, self.token, state, self.state, step + 1, end, potential))
+                plan, self.token, state, self.state, step + 1, end, potential, self.threads))
             self.evaluations += evaluations
         elif plan.fused:
             dsk = {key(self.token, "fused", end, 0): (fused_steps, state[0], plan, self.token,

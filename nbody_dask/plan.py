@@ -601,7 +601,6 @@ class Plan:
                 ("step_criterion='acceleration' with method='treepm'",
                  not treepm or self.step_criterion == "acceleration", "step_criterion",
                  self.step_criterion),
-                ("layout='pairs'", self.layout == "pairs", "layout", self.layout),
                 ("the CPU kernels", self.backend != "cuda", "backend", self.backend),
                 ("softening > 0 with step_criterion='acceleration'",
                  self.softening > 0 or self.step_criterion != "acceleration", "softening",

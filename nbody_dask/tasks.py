@@ -38,7 +38,7 @@ __all__ = ["Forces", "Closing", "Walk", "PairForces", "pair_forces", "symmetric_
            "ewald_long_forces", "short_tree", "short_pair_forces",
            "mesh_deposit", "mesh_solve", "mesh_forces", "periodic_layout",
            "mesh_slab", "mesh_mass", "mesh_forces_from_slabs", "tile_span", "region_planes",
-           "span_planes", "mesh_forces_from_span", "close_short_row",
+           "span_planes", "mesh_forces_from_span", "close_short_row", "reduce_levels",
            "Tick", "open_tile_block", "drift_tile", "active_pair_forces", "close_active",
            "tile_bin_counts", "drifted_tree", "active_tree_pair_forces", "drifted_short_tree",
            "active_short_pair_forces"]
@@ -579,6 +579,15 @@ def reduce_in_groups(parts: list, groups: list[list[tuple[int, int]]]) -> np.nda
     for level in groups:
         parts = [sum_in_order(*parts[lo:hi]) for lo, hi in level]
     return sum_in_order(*parts)
+
+
+def reduce_levels(split_every: int, *parts: np.ndarray) -> list[np.ndarray]:
+    """:func:`reduce_in_groups` but the last sum: the partials that the combine tasks of
+    the reduction tree of ``len(parts)`` would leave for the closing task."""
+    parts = list(parts)
+    for level in reduction_groups(len(parts), split_every):
+        parts = [sum_in_order(*parts[lo:hi]) for lo, hi in level]
+    return parts
 
 
 def _kicked(closing: Closing, tile: Tile, forces: np.ndarray) -> Tile:

@@ -81,6 +81,11 @@ def test_a_ticks_tasks_are_proportional_to_its_active_tiles(active):
     assert tiles_active == list(range(active))
     assert len(dsk) == active * (1 + 8 + combines + 1) + 1
     assert tiles[active:] == [f"t{i}" for i in range(active, 8)]  # the others untouched
+    # "rows": per active tile a drift, one task for every source and the combines, a kick
+    dsk, _, _, _ = tick_graph(_plan(layout="rows"), "tok", 1, 1,
+                              [f"t{i}" for i in range(8)], [0] * 8, counts)
+    assert len(dsk) == active * 3 + 1
+    assert sum(k.startswith("nbody-brow") for k in dsk) == active
 
 
 def test_a_tree_tick_refits_every_tree_and_walks_for_the_active_tiles():
@@ -103,7 +108,6 @@ def test_a_tree_tick_refits_every_tree_and_walks_for_the_active_tiles():
     ("time_bins", 31, "time_bins must be <= 30"),
     ("box_size", 10.0, "needs an isolated system or method='treepm' for now, got "
                        "box_size=10.0"),
-    ("layout", "rows", "needs layout='pairs' for now, got layout='rows'"),
     ("softening", 0.0, "needs softening > 0 with step_criterion='acceleration' for now, "
                        "got softening=0.0"),
     ("backend", "cuda", "needs the CPU kernels for now, got backend='cuda'"),
@@ -388,6 +392,24 @@ def test_bit_identical_across_workers_and_threads(client, method):
         for name in ("position", "velocity", "time_bin", "force_evaluations",
                      "total_energy"):
             np.testing.assert_array_equal(other[name].values, runs[0][name].values)
+
+
+@pytest.mark.parametrize("method", ["direct", "tree", "treepm"])
+def test_rows_take_the_bits_of_pairs(client, method):
+    """The ``"rows"`` layout (a task a target tile for every source, on the worker's
+    cores, with the reduction of the combine tasks) on 3 spatial tiles: the bits of
+    ``"pairs"``; TreePM with its mesh in slabs."""
+    if method == "treepm":
+        ds = nbody_dask.plummer_clumps(600, seed=5)
+        kw = dict(_TREEPM_BLOCKS, mesh_slabs=2)
+    else:
+        ds = nbody_dask.hernquist(300, seed=7)
+        kw = dict(_RUN, steps=4, snapshot_every=2, timestep="individual", eta=0.02,
+                  time_bins=5, tile_size=100, method=method)
+    pairs = nbody_dask.simulate(ds, client=client, layout="pairs", **kw)
+    rows = nbody_dask.simulate(ds, client=client, layout="rows", **kw)
+    assert rows.attrs["layout"] == "rows" and pairs.time_bin.values.max() >= 3
+    _same_runs([rows], pairs)
 
 
 @pytest.mark.parametrize("n", [1, 2])
