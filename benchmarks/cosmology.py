@@ -135,7 +135,10 @@ def scale_section(args) -> dict:
               f"{row['ics_memory']['peak_total_gib']:.2f} GiB in all")
         with PeakRSS(processes) as pk_memory:
             start = time.perf_counter()
-            pk = nbody_dask.power_spectrum(xr.open_zarr(store), n, box_size=box)
+            # without the body index, which xarray would read into this process (8 bytes a
+            # body, twice that while it is built): the spectrum needs no ids
+            pk = nbody_dask.power_spectrum(xr.open_zarr(store, create_default_indexes=False), n,
+                                           box_size=box)
             row["power_seconds"] = time.perf_counter() - start
         row["power_memory"] = pk_memory.report()
         print(f"power_spectrum on {n}^3 in {row['power_seconds']:.1f} s; peak "

@@ -433,7 +433,8 @@ def power(store, storage_options, mesh_size, snapshots, assignment, output,
     from .storage import open_trajectory
 
     with errors_as_messages():
-        traj = open_trajectory(store, storage_options=storage_options)
+        # no body index: it would be read here, 8 bytes a body
+        traj = open_trajectory(store, storage_options=storage_options, index=False)
         if "box_size" not in traj.attrs:
             raise ValueError(f"{store!r} is not a periodic run (no box_size attribute)")
         if output is not None:
@@ -491,7 +492,8 @@ def halos(store, storage_options, snapshot, linking_length, min_members, output,
     from .storage import open_trajectory
 
     with errors_as_messages():
-        traj = open_trajectory(store, storage_options=storage_options)
+        # no body index: it would be read here, 8 bytes a body
+        traj = open_trajectory(store, storage_options=storage_options, index=False)
         if "box_size" not in traj.attrs:
             raise ValueError(f"{store!r} is not a periodic run (no box_size attribute)")
         count = traj.sizes["time"]

@@ -111,8 +111,10 @@ def friends_of_friends(bodies: xr.Dataset, linking_length: float = 0.2,
         raise ValueError(f"slabs must be <= {widest} (each slab at least one linking length "
                          f"wide), got {slabs!r}")
     arrays = {name: _as_dask(bodies[name].data) for name in ("position", "velocity", "mass")}
-    ids = da.from_array(np.asarray(bodies["body"].values, dtype=np.int64),
-                        chunks=(arrays["position"].chunks[0],))
+    # the ids as they are: lazy where the bodies are (a store opened without its index),
+    # never read into this process then
+    ids = _as_dask(bodies["body"].variable.data).astype(np.int64).rechunk(
+        (arrays["position"].chunks[0],))
     arrays["mass"] = arrays["mass"].rechunk((arrays["position"].chunks[0],))
     arrays["velocity"] = arrays["velocity"].rechunk(arrays["position"].chunks)
     cuts = [dask.delayed(_cut, nout=slabs)(p, v, m, i, slabs, box, link)

@@ -456,8 +456,8 @@ def committed_snapshots(store: Store, storage_options: Mapping[str, Any] | None 
     return _committed(_open_root(store), store)
 
 
-def open_trajectory(store: Store, storage_options: Mapping[str, Any] | None = None
-                    ) -> xr.Dataset:
+def open_trajectory(store: Store, storage_options: Mapping[str, Any] | None = None, *,
+                    index: bool = True) -> xr.Dataset:
     """Open a trajectory store lazily, showing only committed snapshots.
 
     Parameters
@@ -468,6 +468,11 @@ def open_trajectory(store: Store, storage_options: Mapping[str, Any] | None = No
     storage_options : dict, optional
         For an object-store URL: options of its fsspec file system (credentials,
         ``client_kwargs={"endpoint_url": ...}`` and the like).
+    index : bool
+        Index the bodies by their ids (``traj.sel(body=42)``). The index is read into this
+        process, 8 bytes a body (1 GiB at 512^3 bodies, twice that while it is built);
+        ``False`` leaves the ids a lazy coordinate, read (and checked) by the workers that
+        need them: for analyses of large runs (``isel`` still works).
 
     Returns
     -------
@@ -491,9 +496,9 @@ def open_trajectory(store: Store, storage_options: Mapping[str, Any] | None = No
     root = _open_root(location)
     committed = _committed(root, location)
     for name in _LAID_OUT:  # read (or, for mass, looked at) before xarray reads them
-        _check_laid_out(location, root, name)
+        _check_laid_out(location, root, name, read=index or name != "body")
     try:
-        ds = xr.open_zarr(location.zarr_store(read_only=True))
+        ds = xr.open_zarr(location.zarr_store(read_only=True), create_default_indexes=index)
     except Exception as exc:  # zarr and xarray raise many kinds here
         raise ValueError(f"store {str(location)!r} is damaged: {type(exc).__name__}: "
                          f"{exc}") from None
@@ -512,6 +517,11 @@ def open_trajectory(store: Store, storage_options: Mapping[str, Any] | None = No
         reader = _CheckedReader(location, name, committed if name != "mass" else None)
         ds[name] = ds[name].copy(deep=False, data=da.from_array(
             reader, chunks=ds[name].data.chunks, name=f"nbody-read-{name}-{tokenize(reader)}"))
+    if not index:  # the ids checked where read, as the masses
+        reader = _CheckedReader(location, "body", None)
+        ids = ds["body"].variable.copy(deep=False, data=da.from_array(
+            reader, chunks=ds["body"].data.chunks, name=f"nbody-read-body-{tokenize(reader)}"))
+        ds = ds.assign_coords(xr.Coordinates({"body": ids}, indexes={}))
     return ds
 
 
@@ -520,11 +530,12 @@ def open_trajectory(store: Store, storage_options: Mapping[str, Any] | None = No
 _LAID_OUT = ("time", "step", "body", "mass")
 
 
-def _check_laid_out(location: StoreLocation, root: zarr.Group, name: str) -> None:
+def _check_laid_out(location: StoreLocation, root: zarr.Group, name: str,
+                    read: bool = True) -> None:
     """Raise :class:`DamagedStoreError` naming the store, ``name`` and where, if a chunk of
-    a variable written at layout is missing, or (coordinates, read here whole: small, and
-    xarray reads them anyway) fails its check; a missing chunk would read as the fill value
-    (NaN times, steps and body ids of 0) without a word."""
+    a variable written at layout is missing, or (coordinates, with ``read`` read here
+    whole: xarray reads them anyway to index them) fails its check; a missing chunk would
+    read as the fill value (NaN times, steps and body ids of 0) without a word."""
     try:
         array = root[name]
     except KeyError:
@@ -536,8 +547,8 @@ def _check_laid_out(location: StoreLocation, root: zarr.Group, name: str) -> Non
         raise DamagedStoreError(f"store {str(location)!r} is damaged: "
                                 f"{_where(name, missing * size, (missing + 1) * size)} of "
                                 f"{name!r}: a chunk is missing")
-    if name == "mass":  # as large as the bodies: checked where read (_CheckedReader)
-        return
+    if name == "mass" or not read:  # as large as the bodies: checked where read
+        return  # (_CheckedReader)
     try:
         array[:]
     except store_faults() as exc:  # the store failed to answer: not damage

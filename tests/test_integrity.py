@@ -108,3 +108,18 @@ def test_every_variable_is_checked(interrupted_store, damage, variable, chunk, w
         nbody_dask.open_trajectory(store).load()
     info = CliRunner().invoke(main, ["info", str(store)])
     assert info.exit_code == 1 and message in info.output, info.output
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_ids_left_unindexed_are_checked_where_read(interrupted_store, damage):
+    """``open_trajectory(index=False)`` reads no body id here: the ids are a lazy coordinate
+    whose chunks are checked (and a deleted one found at once) as the masses are."""
+    store = interrupted_store
+    sound = nbody_dask.open_trajectory(store, index=False)
+    assert "body" not in sound.indexes and sound.body.chunks is not None
+    np.testing.assert_array_equal(sound.body.values, np.arange(64))
+    harm, what = DAMAGE[damage]
+    harm(store / "body" / "c" / "0")
+    message = f"bodies 0..63 of 'body': a chunk {what}"
+    with pytest.raises(DamagedStoreError, match=message):
+        nbody_dask.open_trajectory(store, index=False).body.values
