@@ -122,4 +122,4 @@ def test_ids_left_unindexed_are_checked_where_read(interrupted_store, damage):
     harm(store / "body" / "c" / "0")
     message = f"bodies 0..63 of 'body': a chunk {what}"
     with pytest.raises(DamagedStoreError, match=message):
-        nbody_dask.open_trajectory(store, index=False).body.values
+        nbody_dask.open_trajectory(store, index=False).body.load()
