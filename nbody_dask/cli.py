@@ -26,7 +26,8 @@ __all__ = ["main"]
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="nbody-dask")
 def main() -> None:
-    """Gravitational N-body simulation on Dask, by direct summation or a tree."""
+    """Gravitational N-body simulation on Dask: direct summation or a tree for isolated
+    systems, Ewald sums or TreePM in periodic and cosmological boxes."""
 
 
 @main.command()
