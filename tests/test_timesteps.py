@@ -394,8 +394,8 @@ def test_bit_identical_across_workers_and_threads(client, method):
             np.testing.assert_array_equal(other[name].values, runs[0][name].values)
 
 
-@pytest.mark.parametrize("method", [pytest.param("direct", marks=pytest.mark.slow),
-                                    pytest.param("tree", marks=pytest.mark.slow), "treepm"])
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["direct", "tree", "treepm"])
 def test_rows_take_the_bits_of_pairs(client, method):
     """The ``"rows"`` layout (a task a target tile for every source, on the worker's
     cores, with the reduction of the combine tasks) on 3 spatial tiles: the bits of
