@@ -458,10 +458,14 @@ def periodic_layout(periodic: Periodic, *extents: np.ndarray
     tiles (within the cutoff) and the mesh planes along the first axis that its weights
     touch, ``(first, count)``."""
     near = periodic_neighbours(periodic.box, periodic.cutoff, *extents)
-    inv_h = periodic.mesh / periodic.box
-    spans = [pm.cell_span(np.asarray(extent)[:, 0], inv_h, periodic.mesh, pm.POINTS["tsc"])
-             for extent in extents]
-    return near, spans
+    return near, [_span(extent, periodic) for extent in extents]
+
+
+def _span(extent: np.ndarray, periodic: Periodic) -> tuple[int, int]:
+    """The mesh planes along the first axis that the weights of bodies within ``extent``
+    (:func:`~nbody_dask.spatial.tile_extent`) touch, ``(first, count)``."""
+    return pm.cell_span(np.asarray(extent)[:, 0], periodic.mesh / periodic.box,
+                        periodic.mesh, pm.POINTS["tsc"])
 
 
 def mesh_slab(mesh: int, dtype: str, lo: int, hi: int, *parts: pm.Region | np.ndarray
@@ -496,9 +500,7 @@ def tile_span(tile: Tile, periodic: Periodic) -> tuple[int, int]:
     """The mesh planes along the first axis that ``tile``'s weights touch, ``(first,
     count)``: :func:`periodic_layout`'s span, from the tile itself (where the graph is
     built before any extent is known)."""
-    extent = tile_extent(tile)
-    return pm.cell_span(extent[:, 0], periodic.mesh / periodic.box, periodic.mesh,
-                        pm.POINTS["tsc"])
+    return _span(tile_extent(tile), periodic)
 
 
 def region_planes(region: pm.Region, mesh: int, lo: int, hi: int) -> pm.Region:
@@ -576,16 +578,18 @@ def sum_sides(sides: Sequence[int | None], *parts: Any) -> np.ndarray:
 
 def reduce_in_groups(parts: list, groups: list[list[tuple[int, int]]]) -> np.ndarray:
     """Sum partial forces with a plan's reduction tree, as the combine tasks would."""
-    for level in groups:
-        parts = [sum_in_order(*parts[lo:hi]) for lo, hi in level]
-    return sum_in_order(*parts)
+    return sum_in_order(*_levels(parts, groups))
 
 
 def reduce_levels(split_every: int, *parts: np.ndarray) -> list[np.ndarray]:
     """:func:`reduce_in_groups` but the last sum: the partials that the combine tasks of
     the reduction tree of ``len(parts)`` would leave for the closing task."""
-    parts = list(parts)
-    for level in reduction_groups(len(parts), split_every):
+    return _levels(list(parts), reduction_groups(len(parts), split_every))
+
+
+def _levels(parts: list, groups: list[list[tuple[int, int]]]) -> list:
+    """The partials left after every level of the reduction tree ``groups``."""
+    for level in groups:
         parts = [sum_in_order(*parts[lo:hi]) for lo, hi in level]
     return parts
 
