@@ -281,7 +281,7 @@ def resume_point(bodies: Any, store: Any, storage_options: dict | None, overwrit
     if not path.exists():
         raise FileNotFoundError(f"no trajectory store at {str(path)!r} to resume")
     refuse_if_in_use(path)
-    ds = open_trajectory(path)  # validates the store
+    ds = open_trajectory(path, index=False)  # validates the store
     plan = stored_plan(ds, check_backend(config.get("backend", args.backend)))
     args = args.in_code_units(ds.attrs)
     args.check_resume(plan)

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
+from dask import is_dask_collection
 
 from .plan import tile_bounds
 
@@ -208,12 +209,19 @@ def lazy_bodies(bodies: xr.Dataset) -> xr.Dataset:
          "velocity": (("body", "axis"), data["velocity"]),
          "mass": ("body", data["mass"])},
         coords=coords, attrs=dict(bodies.attrs))
-    if "body" not in bodies.coords:
-        return ds.assign_coords(body=np.arange(n))
-    _check_ids(bodies["body"].values, n)
+    ids = bodies["body"].variable if "body" in bodies.coords else xr.Variable(
+        "body", da.arange(n, dtype=np.int64, chunks=data["position"].chunks[0]))
+    if ids.chunks is not None:  # lazy ids (cosmological_ics, a store opened with index=False)
+        if ids.shape != (n,):
+            raise ValueError(f"body ids must have shape ({n},), got {ids.shape}")
+        if ids.dtype.kind not in "iu":
+            raise TypeError(f"body ids must be integers, got dtype {ids.dtype}")
+        # kept lazy and unindexed: the workers write them, check_values checks them
+        return ds.assign_coords(xr.Coordinates({"body": ids}, indexes={}))
+    _check_ids(ids.values, n)
     # the ids' own variable: a new coordinate from their values would copy them (8 bytes a
     # body, in the driver)
-    return ds.assign_coords(body=bodies["body"].variable)
+    return ds.assign_coords(body=ids)
 
 
 def check_values(ds: xr.Dataset, summary: BodySummary | None = None) -> None:
@@ -221,6 +229,11 @@ def check_values(ds: xr.Dataset, summary: BodySummary | None = None) -> None:
     :func:`as_bodies` does; for a lazy body set, from a few numbers its cluster computes
     (the default scheduler's: a run's client), or from its ``summary`` if given."""
     _check_values(ds["position"].data, ds["velocity"].data, ds["mass"].data, summary)
+    ids = ds["body"].data if "body" in ds.coords else None
+    if ids is not None and is_dask_collection(ids):
+        ascending = summarize(ds).ids_ascending if summary is None else summary.ids_ascending
+        if not ascending:  # unique only if no two are equal: gathered here to find out
+            _check_ids(ids.compute(), ids.shape[0])
 
 
 @dataclass(frozen=True)
@@ -228,8 +241,9 @@ class BodySummary:
     """The few numbers of a body set that the checks of its values read
     (:func:`check_values`, :func:`check_fits_dtype`), computed in one pass by
     :func:`summarize`: non-finite values of position, velocity and mass, negative masses,
-    the total mass, the largest ``|value|`` of each variable and the positions' per-axis
-    maximum and minimum."""
+    the total mass, the largest ``|value|`` of each variable, the positions' per-axis
+    maximum and minimum, and for lazy body ids whether they ascend strictly (then they are
+    unique without being gathered; None for ids in memory, checked when the set was made)."""
 
     non_finite: tuple[int, int, int]
     negative_masses: int
@@ -237,6 +251,7 @@ class BodySummary:
     largest: dict[str, float]
     high: np.ndarray
     low: np.ndarray
+    ids_ascending: bool | None = None
 
 
 def summarize(ds: xr.Dataset) -> BodySummary:
@@ -248,13 +263,36 @@ def summarize(ds: xr.Dataset) -> BodySummary:
     data = [ds[name].data for name in names]
     n = ds.sizes["body"]
     empty = np.zeros(3)
+    ids = ds["body"].data if "body" in ds.coords else None
+    lazy_ids = ids is not None and is_dask_collection(ids)
     values = dask.compute(*[(~np.isfinite(a)).sum() for a in data], (data[2] < 0).sum(),
                           data[2].sum(), *[abs(a).max() if n else 0.0 for a in data],
                           data[0].max(axis=0) if n else empty,
-                          data[0].min(axis=0) if n else empty)
+                          data[0].min(axis=0) if n else empty,
+                          ids.map_blocks(_order_of_block, dtype=np.int64,
+                                         chunks=((3,) * ids.numblocks[0],)) if lazy_ids
+                          else empty)
     return BodySummary(tuple(int(v) for v in values[:3]), int(values[3]), float(values[4]),
                        {name: float(v) for name, v in zip(names, values[5:8], strict=True)},
-                       np.asarray(values[8]), np.asarray(values[9]))
+                       np.asarray(values[8]), np.asarray(values[9]),
+                       _ascending(values[10]) if lazy_ids else None)
+
+
+def _order_of_block(ids: np.ndarray) -> np.ndarray:
+    """(first, last, whether strictly ascending) of one chunk of body ids; (0, -1, 1) for
+    an empty chunk."""
+    if ids.size == 0:
+        return np.array([0, -1, 1], dtype=np.int64)
+    ascending = ids.size < 2 or bool((ids[1:] > ids[:-1]).all())
+    return np.array([ids[0], ids[-1], ascending], dtype=np.int64)
+
+
+def _ascending(orders: np.ndarray) -> bool:
+    """Whether chunks of ids whose :func:`_order_of_block` are ``orders`` ascend strictly
+    as a whole."""
+    first, last, ascending = np.asarray(orders).reshape(-1, 3).T
+    filled = last >= first  # empty chunks say nothing
+    return bool(ascending.all() and (first[filled][1:] > last[filled][:-1]).all())
 
 
 def _check_variables(bodies: xr.Dataset) -> None:

@@ -77,7 +77,9 @@ def load_bodies(path: str | os.PathLike, *, snapshot: int = -1,
     -------
     xarray.Dataset
         A validated body set; a snapshot keeps its scalar ``time``, which
-        :func:`nbody_dask.simulate` takes as the start time.
+        :func:`nbody_dask.simulate` takes as the start time. From Zarr (a body set, a
+        trajectory) it is lazy, its ids a coordinate without an index, so that a run's
+        workers read it and it never passes whole through this process.
 
     Raises
     ------
@@ -87,8 +89,10 @@ def load_bodies(path: str | os.PathLike, *, snapshot: int = -1,
         For an unknown format, missing variables, or a snapshot index out of range.
     """
     location = store_location(path, storage_options)
+    # Zarr (a trajectory, a body set) is read lazily, its ids too: by a run's workers
     if not location.is_local:  # a trajectory in an object store
-        return _snapshot_bodies(open_trajectory(location), snapshot, location.url)
+        return _snapshot_bodies(open_trajectory(location, index=False), snapshot,
+                                location.url)
     path = location.path
     if not path.exists():
         raise FileNotFoundError(f"no body file at {str(path)!r}")
@@ -103,10 +107,11 @@ def load_bodies(path: str | os.PathLike, *, snapshot: int = -1,
     if kind == "gadget":
         return read_gadget(path)
     if kind == "zarr" and is_trajectory_store(path):
-        ds = open_trajectory(path)
+        ds = open_trajectory(path, index=False)
     elif kind == "zarr":
         consolidated = zarr.open_group(path, mode="r").metadata.consolidated_metadata
-        ds = xr.open_zarr(path, consolidated=consolidated is not None)
+        ds = xr.open_zarr(path, consolidated=consolidated is not None,
+                          create_default_indexes=False)
     else:
         ds = xr.open_dataset(path)
     return _snapshot_bodies(ds, snapshot, str(path))

@@ -300,7 +300,7 @@ def load_snapshot(path: StoreLocation, index: int) -> xr.Dataset:
     """Snapshot ``index`` of a store as a lazy body set (exact: float32 survives the round
     trip), which the workers read into their tiles (:func:`~nbody_dask.graph.lazy_tiles`);
     a damaged chunk is reported, not read."""
-    snap = open_trajectory(path).isel(time=index)
+    snap = open_trajectory(path, index=False).isel(time=index)
     return lazy_bodies(snap[["position", "velocity", "mass"]])
 
 

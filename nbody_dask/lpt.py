@@ -86,9 +86,11 @@ def cosmological_ics(n_side: int, box_size: float, cosmology: Any = "Planck18", 
     -------
     xarray.Dataset
         ``position(body, axis)``, ``velocity(body, axis)``, ``mass(body)`` in code units
-        (lazy: Dask arrays chunked by slab), with the scalar coordinate ``time`` (the
-        scale factor), attributes ``box_size``, ``redshift``, ``cosmology`` (JSON) and the
-        unit system. Ready for ``simulate(ics, cosmology=..., box_size=...)``.
+        (lazy: Dask arrays chunked by slab), the body ids ``0 .. n_side^3 - 1`` as a lazy
+        coordinate without an index (``set_xindex("body")`` adds one, held in memory), the
+        scalar coordinate ``time`` (the scale factor), attributes ``box_size``,
+        ``redshift``, ``cosmology`` (JSON) and the unit system. Ready for
+        ``simulate(ics, cosmology=..., box_size=...)``.
 
     Examples
     --------
@@ -141,19 +143,21 @@ def cosmological_ics(n_side: int, box_size: float, cosmology: Any = "Planck18", 
     # (8 GiB at 1024^3) never sit in this process
     mass = da.full(n**3, mean_density(cosmo) * box**3 / n**3, dtype=np.float64,
                    chunks=(position.chunks[0],))
+    # the ids too, unindexed: an index would hold them here, 8 bytes a body
+    ids = xr.Coordinates({"body": ("body", da.arange(n**3, dtype=np.int64,
+                                                      chunks=position.chunks[0]))}, indexes={})
     units = unit_system(cosmo)
     return xr.Dataset(
         {"position": (("body", "axis"), position),
          "velocity": (("body", "axis"), velocity),
          "mass": ("body", mass)},
-        coords={"body": np.arange(n**3, dtype=np.int64),
-                "axis": np.array(["x", "y", "z"], dtype=object),
+        coords={"axis": np.array(["x", "y", "z"], dtype=object),
                 "time": ((), a, {"long_name": "scale factor"})},
         attrs={"box_size": box, "redshift": z_start, "cosmology": to_json(cosmo),
                "n_side": n, "seed": seed, "fixed_amplitude": int(fixed_amplitude),
                "paired": int(paired), "initial_conditions": "2LPT",
                "units": "comoving Mpc/h, peculiar velocity in 100 km/s, time 1/H0, G = 1",
-               **units.attrs()})
+               **units.attrs()}).assign_coords(ids)
 
 
 def _noise(seed: int, lo: int, hi: int, n: int) -> np.ndarray:

@@ -159,7 +159,7 @@ class EnergyBound:
         self.bound = bound
         self.e0: float | None = None
         if bound is not None and resumed_store is not None:
-            self.e0 = float(open_trajectory(resumed_store).total_energy[0])
+            self.e0 = float(open_trajectory(resumed_store, index=False).total_energy[0])
 
     def check(self, step: int, record: dict | None) -> None:
         if self.bound is None or record is None:

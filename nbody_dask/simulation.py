@@ -241,7 +241,11 @@ def simulate(
         ``mass(body)``, ``kinetic_energy``, ``potential_energy``, ``total_energy``,
         ``momentum(time, axis)``, ``angular_momentum(time, axis)`` (and
         ``force_error(time, statistic)`` with ``force_error_sample``), coordinates ``time``,
-        ``step``, ``body`` and ``axis``. Lazy (backed by the store) when ``store`` is given.
+        ``step``, ``body`` and ``axis``. Lazy (backed by the store) when ``store`` is given;
+        then the body ids are indexed (``traj.sel(body=42)``) when the bodies were given in
+        memory, and a lazy coordinate without an index for lazy bodies and for a resume, so
+        that a run of 2048^3 bodies never holds its ids here (``traj.set_xindex("body")``
+        or :func:`nbody_dask.open_trajectory` indexes them).
 
     Raises
     ------
@@ -297,7 +301,7 @@ def simulate(
     with output_location(path) as (path, temporary), \
             writer_lease(None if temporary else path) as lease:
         if done:
-            return open_trajectory(path)  # a resume with nothing left to do
+            return open_trajectory(path, index=False)  # a resume with nothing left to do
         with client_context(client) as c:
             if client is None and show_progress:
                 print(f"Dask dashboard: {dashboard_link(c)}", file=sys.stderr)
@@ -317,7 +321,9 @@ def simulate(
                 energy = EnergyBound(max_energy_error, path if resume else None)
                 on_complete = _reporter(report, energy.check, callback)
                 Driver(c, plan, path, lease, on_complete, stop).run_with_restarts(ds)
-        traj = open_trajectory(path)
+        # the ids indexed as the bodies were given: in memory, or (lazy bodies, a resume)
+        # read by the workers that need them, never gathered here
+        traj = open_trajectory(path, index=temporary or not (resume or is_lazy(ds)))
         return traj.load(scheduler="synchronous") if temporary else traj
 
 

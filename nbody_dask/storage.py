@@ -211,9 +211,11 @@ def create_store(
     diag_chunk = min(n_snap, 4096)
 
     def lazy(shape, chunks, fill_dtype):
-        return da.full(shape, np.nan, chunks=chunks, dtype=fill_dtype)
+        return da.full(shape, np.nan if np.dtype(fill_dtype).kind == "f" else 0, chunks=chunks,
+                       dtype=fill_dtype)
 
     lazy_mass = bodies["mass"].chunks is not None
+    lazy_ids = bodies["body"].chunks is not None
 
     optional = {}
     if force_errors:
@@ -249,21 +251,27 @@ def create_store(
             **({"redshift": ("time", 1 / np.asarray(times, dtype=np.float64) - 1,
                              {"long_name": "redshift"})} if scale_factor else {}),
             "step": ("time", steps, {"long_name": "step number"}),
-            "body": ("body", bodies["body"].values, {"long_name": "body id"}),
+            **({} if lazy_ids else
+               {"body": ("body", bodies["body"].values, {"long_name": "body id"})}),
             "axis": ("axis", np.array(AXES, dtype=object)),
             **({"statistic": ("statistic", np.array(ERROR_STATISTICS, dtype=object))}
                if force_errors else {}),
         },
         attrs=attrs,
     )
+    if lazy_ids:  # as the masses, written by the workers, below; no index holds them here
+        ds = ds.assign_coords(xr.Coordinates({"body": ("body", lazy((n,), state_chunks[1:2],
+                                                                    np.int64),
+                                                       {"long_name": "body id"})}, indexes={}))
     ds["position"].attrs["long_name"] = "position"
     ds["velocity"].attrs["long_name"] = "velocity"
     ds["total_energy"].attrs["long_name"] = "kinetic + potential energy"
     for name, unit in (units or {}).items():
         ds[name].attrs["units"] = unit
     encoding = {name: {"chunks": state_chunks} for name in ("position", "velocity")}
-    if lazy_mass:
-        encoding["mass"] = {"chunks": state_chunks[1:2]}
+    for name, lazy_values in (("mass", lazy_mass), ("body", lazy_ids)):
+        if lazy_values:
+            encoding[name] = {"chunks": state_chunks[1:2]}
     encoding.update({name: {"chunks": (diag_chunk,)} for name in _SCALARS})
     encoding.update({name: {"chunks": (diag_chunk, 3)} for name in _VECTORS})
     if force_errors:
@@ -282,9 +290,12 @@ def create_store(
         # _check_laid_out would then take for a lost chunk
         ds.to_zarr(store.zarr_store(), mode="a", compute=False, zarr_format=3,
                    consolidated=False, encoding=encoding, write_empty_chunks=True)
-        if lazy_mass:  # by the default scheduler's workers (a run's cluster)
-            mass = bodies["mass"].data.astype(dtype).rechunk(state_chunks[1:2])
-            xr.Dataset({"mass": ("body", mass)}).to_zarr(
+        if lazy_mass or lazy_ids:  # by the default scheduler's workers (a run's cluster)
+            def chunked(name, kind):
+                return "body", bodies[name].data.astype(kind).rechunk(state_chunks[1:2])
+            xr.Dataset({"mass": chunked("mass", dtype)} if lazy_mass else {},
+                       coords=xr.Coordinates({"body": chunked("body", np.int64)} if lazy_ids
+                                             else {}, indexes={})).to_zarr(
                 store.zarr_store(), region={"body": slice(0, n)}, zarr_format=3,
                 consolidated=False, write_empty_chunks=True)
         root = zarr.open_group(store.zarr_store(), mode="r+", use_consolidated=False)
@@ -472,7 +483,8 @@ def open_trajectory(store: Store, storage_options: Mapping[str, Any] | None = No
         Index the bodies by their ids (``traj.sel(body=42)``). The index is read into this
         process, 8 bytes a body (1 GiB at 512^3 bodies, twice that while it is built);
         ``False`` leaves the ids a lazy coordinate, read (and checked) by the workers that
-        need them: for analyses of large runs (``isel`` still works).
+        need them: for analyses of large runs (``isel`` still works, and ``time`` and
+        ``axis`` are indexed either way).
 
     Returns
     -------
@@ -499,6 +511,8 @@ def open_trajectory(store: Store, storage_options: Mapping[str, Any] | None = No
         _check_laid_out(location, root, name, read=index or name != "body")
     try:
         ds = xr.open_zarr(location.zarr_store(read_only=True), create_default_indexes=index)
+        if not index:  # the small coordinates indexed all the same (traj.sel(time=...))
+            ds = ds.set_xindex("time").set_xindex("axis")
     except Exception as exc:  # zarr and xarray raise many kinds here
         raise ValueError(f"store {str(location)!r} is damaged: {type(exc).__name__}: "
                          f"{exc}") from None

@@ -17,16 +17,18 @@ _RUN = dict(steps=4, dt=1 / 64, softening=0.02, snapshot_every=2, tile_size=100,
 
 @pytest.fixture
 def never_gathered(monkeypatch):
-    """Any Dask-backed DataArray of more than 64 values read into the driver
+    """Any Dask-backed DataArray or Variable of more than 64 values read into the driver
     (``.values``, ``np.asarray``) fails the test."""
-    values = xr.DataArray.values
+    for kind in (xr.DataArray, xr.Variable):
+        values = kind.values
 
-    def guarded(self):
-        if self.chunks is not None and self.size > 64:
-            raise AssertionError(f"{self.name} ({self.size} values) gathered by the driver")
-        return values.fget(self)
+        def guarded(self, values=values):
+            if self.chunks is not None and self.size > 64:
+                raise AssertionError(f"{getattr(self, 'name', 'a variable')} ({self.size} "
+                                     "values) gathered by the driver")
+            return values.fget(self)
 
-    monkeypatch.setattr(xr.DataArray, "values", property(guarded, values.fset))
+        monkeypatch.setattr(kind, "values", property(guarded, values.fset))
     yield
     monkeypatch.undo()
 
@@ -48,10 +50,14 @@ def test_cosmological_ics_run_from_the_cluster_as_from_memory(client, tmp_path,
     ics = nbody_dask.cosmological_ics(8, 100.0, "Planck18", z_start=20, seed=2)
     kw = dict(steps=3, softening=0.5, snapshot_every=3, client=client, progress=False,
               dtype="float32", method="treepm")
+    assert ics.body.chunks is not None and "body" not in ics.xindexes  # ids never held here
     got = nbody_dask.simulate(ics, store=tmp_path / "lazy.zarr", **kw)
     want = nbody_dask.simulate(ics.compute(), store=tmp_path / "memory.zarr", **kw)
     for name in ("position", "velocity", "mass", "time"):
         np.testing.assert_array_equal(got[name].load().data, want[name].load().data)
+    # the ids written by the workers; the trajectory of lazy bodies keeps them unindexed
+    assert "body" not in got.xindexes and "body" in want.xindexes
+    np.testing.assert_array_equal(got.body.load().data, np.arange(8**3))
 
 
 @pytest.mark.parametrize("variable, index, value, match", [
@@ -92,6 +98,61 @@ def test_the_structure_of_a_lazy_set_is_checked_without_computing_it():
         lazy_bodies(flat)
     checked = lazy_bodies(bodies)
     assert is_lazy(checked) and checked.position.dtype == np.float64
+
+
+def _with_ids(bodies, ids, chunk):
+    """``bodies`` in chunks of ``chunk``, with the lazy unindexed ids ``ids``."""
+    import dask.array as da
+
+    return bodies.chunk({"body": chunk}).drop_vars("body").assign_coords(
+        xr.Coordinates({"body": ("body", da.from_array(ids, chunks=chunk))}, indexes={}))
+
+
+def test_lazy_ids_are_checked_on_the_cluster_and_written_by_it(client, tmp_path,
+                                                                never_gathered):
+    """Lazy ids that ascend are checked from three numbers a chunk; others are gathered to
+    find repeats; either way the store holds them as given."""
+    bodies = nbody_dask.plummer(300, seed=1)
+    ascending = _with_ids(bodies, np.arange(300) * 3 + 7, 70)
+    assert lazy_bodies(ascending).body.chunks is not None
+    traj = nbody_dask.simulate(ascending, store=tmp_path / "ascending.zarr", client=client,
+                               **_RUN)
+    np.testing.assert_array_equal(traj.body.load().data, np.arange(300) * 3 + 7)
+    np.testing.assert_array_equal(traj.position.load().data, nbody_dask.simulate(
+        bodies, store=tmp_path / "memory.zarr", client=client, **_RUN).position.load().data)
+
+
+@pytest.mark.parametrize("ids, ascending", [
+    (np.arange(300)[::-1], False),  # unique, descending: gathered and checked
+    (np.r_[np.arange(0, 140), np.arange(100, 260)], False),  # each chunk ascends, not all
+    (np.r_[np.arange(0, 140), np.arange(140, 300)], True),
+])
+def test_the_summary_says_whether_lazy_ids_ascend(client, ids, ascending):
+    import dask
+
+    from nbody_dask.bodies import check_values, summarize
+
+    ds = lazy_bodies(_with_ids(nbody_dask.plummer(300, seed=1), ids, 70))
+    with dask.config.set(scheduler=client):
+        summary = summarize(ds)
+        assert summary.ids_ascending is ascending
+        if len(np.unique(ids)) == len(ids):
+            check_values(ds, summary)
+        else:
+            with pytest.raises(ValueError, match=r"body ids must be unique; repeated: "
+                                                 r"\[100, 101, 102, 103, 104\]"):
+                check_values(ds, summary)
+
+
+def test_lazy_ids_that_repeat_are_refused_before_anything_is_written(client, tmp_path):
+    bodies = nbody_dask.plummer(300, seed=1)
+    ids = np.r_[np.arange(0, 140), np.arange(100, 260)]
+    with pytest.raises(ValueError, match=r"body ids must be unique; repeated: \[100,"):
+        nbody_dask.simulate(_with_ids(bodies, ids, 70), store=tmp_path / "bad.zarr",
+                            client=client, **_RUN)
+    assert not (tmp_path / "bad.zarr").exists()
+    with pytest.raises(TypeError, match="body ids must be integers, got dtype float64"):
+        lazy_bodies(_with_ids(bodies, np.arange(300.0), 70))
 
 
 def test_the_checks_read_a_lazy_set_once(client, tmp_path):
