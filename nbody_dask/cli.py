@@ -227,7 +227,7 @@ def info(store: str, storage_options: dict | None, verify: bool) -> None:
     from nbody_dask.storage import verify_trajectory
 
     with errors_as_messages():
-        traj = nbody_dask.open_trajectory(store, storage_options)
+        traj = nbody_dask.open_trajectory(store, storage_options, index=False)  # no ids here
         if verify:
             verify_trajectory(store, storage_options)
         click.echo(run_summary(store, traj))
