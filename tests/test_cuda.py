@@ -122,6 +122,7 @@ def test_prepared_gpu_check_runs_in_simulator(tmp_path):
     assert all(r["backend"] == "cuda" and r["tflops"] > 0 for r in rates)
     assert [r["n_targets"] for r in rates[-3:]] == [1, 4, 16]
     assert [r for r in data["results"] if r.get("kind") == "simulate"][0]["backend"] == "cuda"
+    assert checks["individual-steps-cuda-vs-cpu"]["ok"]
     assert checks["short-range-cuda-vs-cpu"]["ok"]
     assert [r["backend"] for r in data["results"] if r.get("kind") == "treepm-evaluation"] == [
         "cpu", "cuda"]
@@ -166,6 +167,42 @@ def test_simulate_with_cuda_backend_in_simulator():
     # and each tile's positions are copied once per evaluation, its masses once per run
     assert result["misses"] == 2 * 4 + 2
     assert result["hits"] == 4 * 4 * 3 - result["misses"]
+
+
+@pytest.mark.slow
+def test_individual_steps_on_the_cuda_backend_in_simulator():
+    """Individual time steps with the acceleration criterion: the active bodies' forces by
+    the CUDA kernel, on two tiles and on one tile's fused blocks, take the CPU's bins and
+    trajectory to round-off (float64)."""
+    result = _in_simulator("""
+        import json, numpy as np
+        from distributed import Client, LocalCluster
+        import nbody_dask
+        ds = nbody_dask.hernquist(60, seed=1)
+        with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                          dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as c:
+            kw = dict(steps=2, dt=1 / 16, softening=0.02, tile_size=40, dtype="float64",
+                      timestep="individual", time_bins=4, step_criterion="acceleration",
+                      snapshot_every=1, client=c, progress=False)
+            runs = {"gpu": nbody_dask.simulate(ds, backend="cuda", **kw),
+                    "one": nbody_dask.simulate(ds, backend="cuda", **{**kw, "tile_size": None}),
+                    "cpu": nbody_dask.simulate(ds, backend="cpu", **kw)}
+        cpu = runs["cpu"]
+        print(json.dumps({name: {
+            "backend": traj.attrs["backend"], "tile_size": int(traj.attrs["tile_size"]),
+            "diff": float(np.abs(traj.position.values - cpu.position.values).max()),
+            "same_bins": bool((traj.time_bin.values == cpu.time_bin.values).all()),
+            "evaluations": traj.force_evaluations.values[1:].tolist(),
+            "bins": np.bincount(traj.time_bin.values[-1].ravel()).tolist()}
+            for name, traj in runs.items()}))
+    """)
+    cpu = result["cpu"]
+    assert len(cpu["bins"]) == 4 and min(cpu["bins"]) > 0  # every bin in use
+    for name, tiles in (("gpu", 40), ("one", 60)):
+        run = result[name]
+        assert (run["backend"], run["tile_size"]) == ("cuda", tiles)
+        assert run["diff"] <= 1e-13 and run["same_bins"], run
+        assert run["evaluations"] == cpu["evaluations"]
 
 
 @pytest.mark.slow

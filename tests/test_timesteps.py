@@ -110,12 +110,24 @@ def test_a_tree_tick_refits_every_tree_and_walks_for_the_active_tiles():
                        "box_size=10.0"),
     ("softening", 0.0, "needs softening > 0 with step_criterion='acceleration' for now, "
                        "got softening=0.0"),
-    ("backend", "cuda", "needs the CPU kernels for now, got backend='cuda'"),
     ("step_criterion", "jerk", "step_criterion must be one of"),
 ])
 def test_bad_individual_parameters_are_named(field, value, match):
     with pytest.raises(ValueError, match=match):
         _plan(**{field: value})
+
+
+def test_gpus_take_individual_steps_by_the_acceleration_criterion():
+    with pytest.raises(ValueError, match="needs the CPU kernels, or method='direct' with "
+                                         "step_criterion='acceleration' on GPUs for now, "
+                                         "got backend='cuda'"):
+        _plan(backend="cuda", step_criterion="pairwise")
+    plan = _plan(backend="cuda")
+    assert plan.backend == "cuda" and plan.settle(1, 1, "cuda").backend == "cuda"
+    assert _plan(backend="auto").settle(1, 1, "cuda").backend == "cuda"
+    # the pairs' rates are the CPU kernel's: "auto" on GPU workers settles on the CPU
+    assert _plan(backend="auto", step_criterion="pairwise").settle(1, 1, "cuda").backend \
+        == "cpu"
 
 
 def test_treepm_needs_the_acceleration_criterion_and_spatial_tiles_for_slabs():
