@@ -263,7 +263,26 @@ def client_context(client: Client | None) -> Iterator[Client]:
         yield client
         return
     with local() as cluster, Client(cluster) as new_client:
-        yield new_client
+        try:
+            yield new_client
+        except KeyboardInterrupt:
+            # stopped at once (a second Ctrl-C): the cluster closes under steps in flight, and
+            # its workers' failed heartbeats and cancelled tasks are no news
+            with _no_logs():
+                new_client.close()
+                cluster.close()
+            raise
+
+
+@contextlib.contextmanager
+def _no_logs() -> Iterator[None]:
+    """No log records in this process while the block runs (every thread)."""
+    before = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logging.disable(before)
 
 
 def dashboard_link(client: Client) -> str:

@@ -143,3 +143,30 @@ def test_workers_leave_out_tracebacks_of_errors_the_driver_reports(error, droppe
                                "Compute Failed\nKey: %s\nException: %s\n", ("k", error),
                                None)
     assert clusters._ReportedErrorsFilter().filter(record) is not dropped
+
+
+def test_a_cluster_stopped_at_once_closes_without_logs_and_restores_logging(caplog,
+                                                                            monkeypatch):
+    """A KeyboardInterrupt (a second Ctrl-C) inside ``client_context``'s own cluster closes
+    it with every log record held back (a worker's failed heartbeat while it closes is no
+    news), re-raises, and leaves logging as it was."""
+    import logging
+
+    close = LocalCluster.close
+
+    def noisy_close(self, *args, **kwargs):  # what a worker says when its scheduler is gone
+        if self.status.name != "closed":  # (closing a closed cluster again does nothing)
+            logging.getLogger("distributed.worker").error("Failed to communicate with "
+                                                          "scheduler during heartbeat.")
+        return close(self, *args, **kwargs)
+
+    monkeypatch.setattr(LocalCluster, "close", noisy_close)
+    caplog.set_level(logging.INFO, logger="distributed")
+    with pytest.raises(KeyboardInterrupt), clusters.client_context(None) as client:
+        assert client.submit(sum, [1, 2]).result() == 3
+        caplog.clear()
+        raise KeyboardInterrupt
+    assert not [r for r in caplog.records if r.name.startswith("distributed")]
+    assert logging.root.manager.disable == logging.NOTSET
+    logging.getLogger("distributed").info("heard again")
+    assert caplog.records[-1].getMessage() == "heard again"
