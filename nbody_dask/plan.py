@@ -601,10 +601,8 @@ class Plan:
                 ("step_criterion='acceleration' with method='treepm'",
                  not treepm or self.step_criterion == "acceleration", "step_criterion",
                  self.step_criterion),
-                ("the CPU kernels, or method='direct' with step_criterion='acceleration' on "
-                 "GPUs", self.backend != "cuda" or (self.method == "direct" and
-                                                    self.step_criterion == "acceleration"),
-                 "backend", self.backend),
+                ("method='direct' on GPUs (backend='cuda')",
+                 self.backend != "cuda" or self.method == "direct", "method", self.method),
                 ("softening > 0 with step_criterion='acceleration'",
                  self.softening > 0 or self.step_criterion != "acceleration", "softening",
                  self.softening)):

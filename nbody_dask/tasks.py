@@ -199,7 +199,8 @@ def active_pair_forces(target: Tile, source: Tile, source_drift: float, tick: Ti
     """Partial forces on the bodies of ``target`` (drifted to the tick) active at ``tick``,
     in tile order, due to ``source`` drifted by ``source_drift``; one kernel call. With the
     pairwise criterion a last row holds the pairs' rates
-    (:func:`~nbody_dask.kernels.cpu.accel_rate_tile`); with the acceleration criterion and
+    (:func:`~nbody_dask.kernels.cpu.accel_rate_tile`, on GPUs
+    :func:`~nbody_dask.kernels.cuda.tile_pair_rate_forces`); with the acceleration criterion and
     every body active it is :func:`pair_forces` exactly."""
     active = tick.active(target, forces)
     position = target.position if active is None else np.ascontiguousarray(
@@ -207,10 +208,13 @@ def active_pair_forces(target: Tile, source: Tile, source_drift: float, tick: Ti
     sources = drifted(source, source_drift)
     same = target.start == source.start
     eps2 = forces.eps2(position.dtype)
-    if tick.bins.pairwise:  # the CPU kernel that also sums the pairs' rates
+    if tick.bins.pairwise:  # the kernel that also sums the pairs' rates
         mass = target.mass if active is None else target.mass[active]
         own = (np.arange(target.size) if active is None else np.flatnonzero(active)) \
             if same else np.full(mass.shape[0], -1)
+        if backend == "cuda":
+            return tile_kernels(backend).tile_pair_rate_forces(
+                position, mass, own, sources, source.mass, eps2, forces.with_potential)
         if tick.threads == 1 or mass.shape[0] <= rows.TARGET_BLOCK:  # one block: serial
             return cpu.accel_rate_tile(*position, mass, own, *sources, source.mass, eps2,
                                        forces.with_potential)

@@ -122,7 +122,8 @@ def test_prepared_gpu_check_runs_in_simulator(tmp_path):
     assert all(r["backend"] == "cuda" and r["tflops"] > 0 for r in rates)
     assert [r["n_targets"] for r in rates[-3:]] == [1, 4, 16]
     assert [r for r in data["results"] if r.get("kind") == "simulate"][0]["backend"] == "cuda"
-    assert checks["individual-steps-cuda-vs-cpu"]["ok"]
+    assert checks["individual-steps-pairwise-cuda-vs-cpu"]["ok"]
+    assert checks["individual-steps-acceleration-cuda-vs-cpu"]["ok"]
     assert checks["short-range-cuda-vs-cpu"]["ok"]
     assert [r["backend"] for r in data["results"] if r.get("kind") == "treepm-evaluation"] == [
         "cpu", "cuda"]
@@ -170,39 +171,84 @@ def test_simulate_with_cuda_backend_in_simulator():
 
 
 @pytest.mark.slow
+def test_rate_kernel_matches_the_cpus_in_simulator():
+    """The pairwise criterion's kernel (forces, potential, the pairs' rates) against
+    cpu.accel_rate_tile: a tick's active bodies of the source tile itself (their self terms
+    left out), other tiles' targets, one body alone, a part-filled last chunk; two launch
+    shapes, both dtypes."""
+    result = _in_simulator("""
+        import json, numpy as np
+        from nbody_dask.kernels import cpu, cuda
+        out = {}
+        for dtype in (np.float32, np.float64):
+            for nt, ns, same in ((1, 1, True), (15, 31, True), (5, 70, False)):
+                rng = np.random.default_rng(nt + ns)
+                s = rng.random((3, ns)).astype(dtype)
+                m = (rng.random(ns) + 0.5).astype(dtype)
+                if same:  # active bodies of the source tile
+                    own = np.sort(rng.choice(ns, size=nt, replace=False)).astype(np.int64)
+                    t, mt = np.ascontiguousarray(s[:, own]), m[own]
+                else:
+                    t = rng.random((3, nt)).astype(dtype)
+                    mt = (rng.random(nt) + 0.5).astype(dtype)
+                    own = np.full(nt, -1, dtype=np.int64)
+                for pot in (False, True):
+                    want = cpu.accel_rate_tile(*t, mt, own, *s, m, dtype(1e-3), pot)
+                    for shape in ((None, None), (32, 3)):
+                        got = cuda.tile_pair_rate_forces(t, mt, own, s, m, dtype(1e-3), pot,
+                                                         block=shape[0], per_thread=shape[1])
+                        scale = np.maximum(np.abs(want).max(axis=1), 1e-30)
+                        out[f"{np.dtype(dtype).name}-{nt}-{ns}-{pot}-{shape[0]}"] = [
+                            float((np.abs(got - want).max(axis=1) / scale).max()),
+                            got.shape == want.shape and got.dtype == dtype,
+                            float(np.abs(want[-1]).max())]
+        print(json.dumps(out))
+    """)
+    for key, (error, same_shape, rates) in result.items():
+        tolerance = 1e-5 if key.startswith("float32") else 1e-13
+        assert same_shape and error <= tolerance, (key, error)
+        assert (rates > 0) == (key.split("-")[1:3] != ["1", "1"]), key  # one body: no pair
+
+
+@pytest.mark.slow
 def test_individual_steps_on_the_cuda_backend_in_simulator():
-    """Individual time steps with the acceleration criterion: the active bodies' forces by
-    the CUDA kernel, on two tiles and on one tile's fused blocks, take the CPU's bins and
-    trajectory to round-off (float64)."""
+    """Individual time steps by either criterion: the active bodies' forces (and the pairs'
+    rates) by the CUDA kernels, on two tiles and on one tile's fused blocks, take the CPU's
+    bins and trajectory to round-off (float64)."""
     result = _in_simulator("""
         import json, numpy as np
         from distributed import Client, LocalCluster
         import nbody_dask
         ds = nbody_dask.hernquist(60, seed=1)
+        out = {}
         with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                           dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as c:
-            kw = dict(steps=2, dt=1 / 16, softening=0.02, tile_size=40, dtype="float64",
-                      timestep="individual", time_bins=4, step_criterion="acceleration",
-                      snapshot_every=1, client=c, progress=False)
-            runs = {"gpu": nbody_dask.simulate(ds, backend="cuda", **kw),
-                    "one": nbody_dask.simulate(ds, backend="cuda", **{**kw, "tile_size": None}),
-                    "cpu": nbody_dask.simulate(ds, backend="cpu", **kw)}
-        cpu = runs["cpu"]
-        print(json.dumps({name: {
-            "backend": traj.attrs["backend"], "tile_size": int(traj.attrs["tile_size"]),
-            "diff": float(np.abs(traj.position.values - cpu.position.values).max()),
-            "same_bins": bool((traj.time_bin.values == cpu.time_bin.values).all()),
-            "evaluations": traj.force_evaluations.values[1:].tolist(),
-            "bins": np.bincount(traj.time_bin.values[-1].ravel()).tolist()}
-            for name, traj in runs.items()}))
+            for criterion, eta in (("acceleration", None), ("pairwise", 0.02)):
+                kw = dict(steps=2, dt=1 / 16, softening=0.02, tile_size=40, dtype="float64",
+                          timestep="individual", time_bins=4, step_criterion=criterion,
+                          eta=eta, snapshot_every=1, client=c, progress=False)
+                runs = {"gpu": nbody_dask.simulate(ds, backend="cuda", **kw),
+                        "one": nbody_dask.simulate(ds, backend="cuda",
+                                                   **{**kw, "tile_size": None}),
+                        "cpu": nbody_dask.simulate(ds, backend="cpu", **kw)}
+                cpu = runs["cpu"]
+                out[criterion] = {name: {
+                    "backend": traj.attrs["backend"], "tile_size": int(traj.attrs["tile_size"]),
+                    "diff": float(np.abs(traj.position.values - cpu.position.values).max()),
+                    "same_bins": bool((traj.time_bin.values == cpu.time_bin.values).all()),
+                    "evaluations": traj.force_evaluations.values[1:].tolist(),
+                    "bins": np.bincount(traj.time_bin.values[-1].ravel()).tolist()}
+                    for name, traj in runs.items()}
+        print(json.dumps(out))
     """)
-    cpu = result["cpu"]
-    assert len(cpu["bins"]) == 4 and min(cpu["bins"]) > 0  # every bin in use
-    for name, tiles in (("gpu", 40), ("one", 60)):
-        run = result[name]
-        assert (run["backend"], run["tile_size"]) == ("cuda", tiles)
-        assert run["diff"] <= 1e-13 and run["same_bins"], run
-        assert run["evaluations"] == cpu["evaluations"]
+    for criterion, runs in result.items():
+        cpu = runs["cpu"]
+        assert len(cpu["bins"]) == 4 and min(cpu["bins"]) > 0, criterion  # every bin in use
+        for name, tiles in (("gpu", 40), ("one", 60)):
+            run = runs[name]
+            assert (run["backend"], run["tile_size"]) == ("cuda", tiles)
+            assert run["diff"] <= 1e-13 and run["same_bins"], (criterion, name, run)
+            assert run["evaluations"] == cpu["evaluations"]
 
 
 @pytest.mark.slow

@@ -117,17 +117,17 @@ def test_bad_individual_parameters_are_named(field, value, match):
         _plan(**{field: value})
 
 
-def test_gpus_take_individual_steps_by_the_acceleration_criterion():
-    with pytest.raises(ValueError, match="needs the CPU kernels, or method='direct' with "
-                                         "step_criterion='acceleration' on GPUs for now, "
-                                         "got backend='cuda'"):
-        _plan(backend="cuda", step_criterion="pairwise")
-    plan = _plan(backend="cuda")
+@pytest.mark.parametrize("criterion", ["acceleration", "pairwise"])
+def test_gpus_take_individual_steps_of_direct_summation(criterion):
+    plan = _plan(backend="cuda", step_criterion=criterion)
     assert plan.backend == "cuda" and plan.settle(1, 1, "cuda").backend == "cuda"
-    assert _plan(backend="auto").settle(1, 1, "cuda").backend == "cuda"
-    # the pairs' rates are the CPU kernel's: "auto" on GPU workers settles on the CPU
-    assert _plan(backend="auto", step_criterion="pairwise").settle(1, 1, "cuda").backend \
-        == "cpu"
+    assert _plan(backend="auto", step_criterion=criterion).settle(1, 1, "cuda").backend \
+        == "cuda"
+    for method, extra in (("tree", {}), ("treepm", {"box_size": 1.0})):
+        with pytest.raises(ValueError, match="timestep='individual' needs method='direct' on "
+                                             r"GPUs \(backend='cuda'\) for now, got "
+                                             f"method='{method}'"):
+            _plan(backend="cuda", method=method, **extra)
 
 
 def test_treepm_needs_the_acceleration_criterion_and_spatial_tiles_for_slabs():

@@ -42,7 +42,8 @@ from . import law
 from .shortrange import LAW_POLYNOMIALS, LAW_SPLIT, walk_constants
 
 __all__ = ["BLOCK", "TARGETS_PER_THREAD", "SIMULATOR_SHAPE", "VARIANTS", "available",
-           "accel_tile", "accel_potential_tile", "tile_pair_forces", "short_pair_forces",
+           "accel_tile", "accel_potential_tile", "tile_pair_forces", "tile_pair_rate_forces",
+           "short_pair_forces",
            "DeviceCache",
            "DEVICE_CACHE"]
 
@@ -101,7 +102,7 @@ def _short_range_factors():
 
 @functools.cache
 def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int,
-            short: bool = False):
+            short: bool = False, rate: bool = False):
     """Compile (once per process and variant) the tile-pair kernel.
 
     Block ``b`` covers ``b * per_thread`` targets: thread ``t`` takes targets
@@ -113,7 +114,12 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int,
     the CPU pairs' law (Newton's less the long range, or Newton's times the split factors
     beyond the polynomials' cutoff), pairs beyond the cutoff or at ``r = 0`` dropped;
     ``constants`` is then :func:`~nbody_dask.kernels.shortrange.walk_constants`, in the
-    run's dtype (the pairs' polynomials where it has them, as on the CPU).
+    run's dtype (the pairs' polynomials where it has them, as on the CPU). With ``rate``
+    (compile-time, not with ``short``), individual time steps' pairwise criterion as
+    :func:`nbody_dask.kernels.cpu.accel_rate_tile`: ``pt`` has the targets' masses as a
+    fourth row, ``own`` each target's index among the sources (-1: none; its self term
+    enters the potential with zero mass), and a last row of ``out`` the sum of the squared
+    pairwise rates (sources at the target's very position left out).
     """
     ftype = {"float32": float32, "float64": float64}[dtype_name]
     inverse_distance = _inverse_distance(dtype_name)
@@ -127,7 +133,7 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int,
         return d + box if d < -half else d
 
     @cuda.jit(fastmath=True)
-    def tile_pair(pt, ps, ms, eps2, diagonal, constants, out):
+    def tile_pair(pt, ps, ms, eps2, diagonal, constants, own, out):
         sx = cuda.shared.array(block, ftype)
         sy = cuda.shared.array(block, ftype)
         sz = cuda.shared.array(block, ftype)
@@ -143,6 +149,10 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int,
         cy = cuda.local.array(per_thread, ftype)
         cz = cuda.local.array(per_thread, ftype)
         cphi = cuda.local.array(per_thread, ftype)
+        mt = cuda.local.array(per_thread, ftype)
+        rate2 = cuda.local.array(per_thread, ftype)
+        crate = cuda.local.array(per_thread, ftype)
+        mine = cuda.local.array(per_thread, numba.int64)
         tid = cuda.threadIdx.x
         first = cuda.blockIdx.x * block * per_thread + tid
         nt = pt.shape[1]
@@ -166,6 +176,10 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int,
             ay[p] = zero
             az[p] = zero
             phi[p] = zero
+            if rate:
+                mt[p] = pt[3, i] if active else zero
+                mine[p] = own[i] if active else -1
+                rate2[p] = zero
         for base in range(0, ns, block):
             j = base + tid
             if j < ns:
@@ -184,6 +198,8 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int,
                 cy[p] = zero
                 cz[p] = zero
                 cphi[p] = zero
+                if rate:
+                    crate[p] = zero
             for k in range(block):
                 xs = sx[k]
                 ys = sy[k]
@@ -215,6 +231,18 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int,
                             cphi[p] -= e
                         continue
                     inv = inverse_distance(dx, dy, dz, eps2, zero, one)
+                    if rate:
+                        inv3 = inv * inv * inv
+                        s = mk * inv3
+                        cx[p] += s * dx
+                        cy[p] += s * dy
+                        cz[p] += s * dz
+                        if with_potential:
+                            cphi[p] -= (zero if base + k == mine[p] else mk) * inv
+                        d2 = dx * dx + dy * dy + dz * dz
+                        pair = (mt[p] + mk if (d2 > zero) and (base + k < ns) else zero) * inv3
+                        crate[p] += pair * pair
+                        continue
                     mi = mk * inv
                     if with_potential and diagonal and base + k == first + p * block:
                         mi = zero  # the self term: left out, not subtracted afterwards
@@ -229,6 +257,8 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int,
                 ay[p] += cy[p]
                 az[p] += cz[p]
                 phi[p] += cphi[p]
+                if rate:
+                    rate2[p] += crate[p]
             cuda.syncthreads()
         for p in range(per_thread):
             i = first + p * block
@@ -238,6 +268,8 @@ def _kernel(dtype_name: str, with_potential: bool, block: int, per_thread: int,
                 out[2, i] = az[p]
                 if with_potential:
                     out[3, i] = phi[p]
+                if rate:
+                    out[out.shape[0] - 1, i] = rate2[p]
 
     return tile_pair
 
@@ -313,19 +345,22 @@ DEVICE_CACHE = DeviceCache()
 
 def _run(d_target, d_source, d_mass, nt: int, ns: int, dtype: np.dtype, eps2,
          with_potential: bool, diagonal: bool, block: int | None = None,
-         per_thread: int | None = None, constants: np.ndarray | None = None) -> np.ndarray:
+         per_thread: int | None = None, constants: np.ndarray | None = None,
+         own: np.ndarray | None = None) -> np.ndarray:
     simulated = numba.config.ENABLE_CUDASIM
     block = block or (SIMULATOR_SHAPE[0] if simulated else BLOCK)
     per_thread = per_thread or (SIMULATOR_SHAPE[1] if simulated else TARGETS_PER_THREAD)
-    rows = 4 if with_potential else 3
+    rate = own is not None
+    rows = (4 if with_potential else 3) + rate
     if nt == 0 or ns == 0:
         return np.zeros((rows, nt), dtype=dtype)
     d_out = cuda.device_array((rows, nt), dtype=dtype)
     blocks = math.ceil(nt / (block * per_thread))
     short = constants is not None
     d_constants = cuda.to_device(np.asarray(constants if short else [0], dtype=dtype))
-    _kernel(dtype.name, bool(with_potential), block, per_thread, short)[blocks, block](
-        d_target, d_source, d_mass, dtype.type(eps2), diagonal, d_constants, d_out)
+    d_own = cuda.to_device(np.asarray(own if rate else [-1], dtype=np.int64))
+    _kernel(dtype.name, bool(with_potential), block, per_thread, short, rate)[blocks, block](
+        d_target, d_source, d_mass, dtype.type(eps2), diagonal, d_constants, d_own, d_out)
     return d_out.copy_to_host()
 
 
@@ -344,6 +379,24 @@ def tile_pair_forces(target_position: np.ndarray, source_position: np.ndarray,
                 target_position.shape[1], source_position.shape[1],
                 np.result_type(target_position), eps2, with_potential, bool(diagonal),
                 block, per_thread)
+
+
+def tile_pair_rate_forces(target_position: np.ndarray, target_mass: np.ndarray,
+                          own: np.ndarray, source_position: np.ndarray,
+                          source_mass: np.ndarray, eps2, with_potential: bool, *,
+                          block: int | None = None, per_thread: int | None = None
+                          ) -> np.ndarray:
+    """Partial forces of a tile pair and the pairs' rates, (4 or 5, nt), on the GPU: the
+    contract of :func:`nbody_dask.kernels.cpu.accel_rate_tile` (``own``: each target's index
+    among the sources, -1 where it is not one), from (3, n) position arrays. The targets'
+    positions and masses go to the device together (the active bodies of a tick are new
+    arrays each time); the sources' copies come from :data:`DEVICE_CACHE`."""
+    get = DEVICE_CACHE.get
+    d_target = cuda.to_device(np.vstack([target_position, target_mass[None, :]]))
+    return _run(d_target, get(source_position), get(source_mass),
+                target_position.shape[1], source_position.shape[1],
+                np.result_type(target_position), eps2, with_potential, False, block,
+                per_thread, own=np.asarray(own, dtype=np.int64))
 
 
 def short_pair_forces(target: tuple, source: tuple, source_mass: np.ndarray, eps2,

@@ -50,8 +50,8 @@ class Direct(ForceMethod):
         return direct_tile_size(n, threads, backend, layout, workers)
 
     def settle(self, plan: Plan, threads: int, workers: int, backend: str) -> Plan:
-        if plan.layout == "rows" or plan.periodic or (plan.individual and plan.bins.pairwise):
-            backend = "cpu"  # (the pairs' rates are summed by the CPU kernel only)
+        if plan.layout == "rows" or plan.periodic:
+            backend = "cpu"
         if plan.individual and plan.tile_size is None and workers == 1:
             # one tile: its blocks run in one task, the parallel kernel on every core, with
             # no round trip per tick (measured: docs/user-guide.md, "Individual time steps")
