@@ -185,8 +185,10 @@ def is_lazy(bodies: Any) -> bool:
 def lazy_bodies(bodies: xr.Dataset) -> xr.Dataset:
     """Check a body set held as Dask arrays (:func:`is_lazy`) as :func:`as_bodies` does,
     without computing it: variables, dims, dtypes and shapes here; the values (finite,
-    masses) by :func:`check_values` once a cluster computes a few numbers of them. Returns
-    the float64 Dataset of Dask arrays, with its ids, attributes and scalar ``time``."""
+    masses, and that lazy ids are unique) by :func:`check_values` once a cluster computes a
+    few numbers of them. Returns the float64 Dataset of Dask arrays, with its attributes,
+    scalar ``time`` and ids: ids in memory checked here, lazy ones (``0 .. n-1`` made so
+    where there are none) kept lazy, without an index."""
     import dask.array as da
 
     _check_variables(bodies)
