@@ -224,7 +224,7 @@ def test_individual_steps_on_the_cuda_backend_in_simulator():
         with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                           dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as c:
             for criterion, eta in (("acceleration", None), ("pairwise", 0.02)):
-                kw = dict(steps=2, dt=1 / 16, softening=0.02, tile_size=40, dtype="float64",
+                kw = dict(steps=1, dt=1 / 16, softening=0.02, tile_size=40, dtype="float64",
                           timestep="individual", time_bins=4, step_criterion=criterion,
                           eta=eta, snapshot_every=1, client=c, progress=False)
                 runs = {"gpu": nbody_dask.simulate(ds, backend="cuda", **kw),

@@ -140,7 +140,7 @@ def _individual_steps(quick: bool, criterion: str) -> dict:
     kw = dict(steps=2, dt=1 / 64, softening=0.004, dtype="float64", tile_size=tile,
               timestep="individual", time_bins=6, step_criterion=criterion, progress=False)
     if quick:  # the simulator: a few ticks
-        kw.update(time_bins=4, eta=0.02 if criterion == "pairwise" else None)
+        kw.update(steps=1, time_bins=4, eta=0.02 if criterion == "pairwise" else None)
     # the simulator runs one kernel at a time: one worker thread there
     cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                            dashboard_address=None) if quick else LocalCluster()
