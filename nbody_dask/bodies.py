@@ -214,10 +214,7 @@ def lazy_bodies(bodies: xr.Dataset) -> xr.Dataset:
     ids = bodies["body"].variable if "body" in bodies.coords else xr.Variable(
         "body", da.arange(n, dtype=np.int64, chunks=data["position"].chunks[0]))
     if ids.chunks is not None:  # lazy ids (cosmological_ics, a store opened with index=False)
-        if ids.shape != (n,):
-            raise ValueError(f"body ids must have shape ({n},), got {ids.shape}")
-        if ids.dtype.kind not in "iu":
-            raise TypeError(f"body ids must be integers, got dtype {ids.dtype}")
+        _check_id_kind(ids, n)
         # kept lazy and unindexed: the workers write them, check_values checks them
         return ds.assign_coords(xr.Coordinates({"body": ids}, indexes={}))
     _check_ids(ids.values, n)
@@ -233,7 +230,8 @@ def check_values(ds: xr.Dataset, summary: BodySummary | None = None) -> None:
     _check_values(ds["position"].data, ds["velocity"].data, ds["mass"].data, summary)
     ids = ds["body"].data if "body" in ds.coords else None
     if ids is not None and is_dask_collection(ids):
-        ascending = summarize(ds).ids_ascending if summary is None else summary.ids_ascending
+        ascending = _ascending(_block_orders(ids).compute()) if summary is None \
+            else summary.ids_ascending
         if not ascending:  # unique only if no two are equal: gathered here to find out
             _check_ids(ids.compute(), ids.shape[0])
 
@@ -271,13 +269,17 @@ def summarize(ds: xr.Dataset) -> BodySummary:
                           data[2].sum(), *[abs(a).max() if n else 0.0 for a in data],
                           data[0].max(axis=0) if n else empty,
                           data[0].min(axis=0) if n else empty,
-                          ids.map_blocks(_order_of_block, dtype=np.int64,
-                                         chunks=((3,) * ids.numblocks[0],)) if lazy_ids
-                          else empty)
+                          _block_orders(ids) if lazy_ids else empty)
     return BodySummary(tuple(int(v) for v in values[:3]), int(values[3]), float(values[4]),
                        {name: float(v) for name, v in zip(names, values[5:8], strict=True)},
                        np.asarray(values[8]), np.asarray(values[9]),
                        _ascending(values[10]) if lazy_ids else None)
+
+
+def _block_orders(ids: Any) -> Any:
+    """The Dask array of :func:`_order_of_block` of each chunk of lazy ``ids``, three
+    numbers a chunk."""
+    return ids.map_blocks(_order_of_block, dtype=np.int64, chunks=((3,) * ids.numblocks[0],))
 
 
 def _order_of_block(ids: np.ndarray) -> np.ndarray:
@@ -334,12 +336,17 @@ def _in_xyz_order(name: str, value: Any, arr: np.ndarray) -> np.ndarray:
     return arr[:, [keys.index(axis) for axis in AXES]]
 
 
-def _check_ids(ids: Any, n: int) -> np.ndarray:
-    ids = np.asarray(ids)
+def _check_id_kind(ids: Any, n: int) -> None:
+    """Refuse ids (NumPy or Dask) of another shape than ``(n,)`` or not integers."""
     if ids.shape != (n,):
         raise ValueError(f"body ids must have shape ({n},), got {ids.shape}")
     if ids.dtype.kind not in "iu":
         raise TypeError(f"body ids must be integers, got dtype {ids.dtype}")
+
+
+def _check_ids(ids: Any, n: int) -> np.ndarray:
+    ids = np.asarray(ids)
+    _check_id_kind(ids, n)
     if n < 2 or (ids[1:] > ids[:-1]).all():  # ascending (as generated ICs are): no sort,
         return ids                             # which would hold 4 copies of the ids
     unique, counts = np.unique(ids, return_counts=True)

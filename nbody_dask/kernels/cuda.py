@@ -358,10 +358,17 @@ def _run(d_target, d_source, d_mass, nt: int, ns: int, dtype: np.dtype, eps2,
     blocks = math.ceil(nt / (block * per_thread))
     short = constants is not None
     d_constants = cuda.to_device(np.asarray(constants if short else [0], dtype=dtype))
-    d_own = cuda.to_device(np.asarray(own if rate else [-1], dtype=np.int64))
+    d_own = cuda.to_device(np.asarray(own, dtype=np.int64)) if rate else _no_own()
     _kernel(dtype.name, bool(with_potential), block, per_thread, short, rate)[blocks, block](
         d_target, d_source, d_mass, dtype.type(eps2), diagonal, d_constants, d_own, d_out)
     return d_out.copy_to_host()
+
+
+@functools.cache
+def _no_own():
+    """The ``own`` argument of the kernels without ``rate``, which never read it: copied to
+    the device once, not at every launch."""
+    return cuda.to_device(np.full(1, -1, dtype=np.int64))
 
 
 def tile_pair_forces(target_position: np.ndarray, source_position: np.ndarray,
